@@ -1,0 +1,32 @@
+# Two commands do all the set-up:  `make demo` (the main job) and `make test` (the suite).
+PYTHON        ?= python3
+VENV          ?= .venv
+TORCH_VERSION ?= 2.13.0
+# CPU build by default; GPU users: make install TORCH_INDEX=https://download.pytorch.org/whl/cu128
+TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
+BIN            = $(VENV)/bin
+
+.PHONY: install demo test lint bench clean-db
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first, from the CPU index (falls back to the default index, e.g. a local wheel mirror)
+	$(BIN)/pip install --retries 0 --timeout 20 --index-url $(TORCH_INDEX) "torch==$(TORCH_VERSION)" \
+	  || $(BIN)/pip install "torch==$(TORCH_VERSION)"
+	$(BIN)/pip install -e ".[dev]"
+	touch $@
+
+demo: install
+	$(BIN)/chunkyard ingest ./examples/docs
+	$(BIN)/chunkyard search "how do I rotate the API keys?" -k 3
+
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check pipeline flows tests bench
+
+clean-db:
+	-$(BIN)/chunkyard db stop

@@ -1,0 +1,357 @@
+"""The `chunkyard` command: ingest, search, status, chunk, db."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import unquote, urlparse
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.config import Profile, Settings, load_profile, strategy_profile
+from pipeline.errors import ChunkyardError, ConfigError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Document ingestion into Postgres + pgvector.")
+db_app = typer.Typer(no_args_is_help=True, help="The database: migrate, start, stop, url.")
+app.add_typer(db_app, name="db")
+out = Console()
+err = Console(stderr=True)
+
+EXIT_OK, EXIT_FAILED_FILES, EXIT_ERROR = 0, 1, 2
+
+
+def show_path(uri: str) -> str:
+    """A file URI as a path relative to the working directory when it is below it."""
+    if not uri.startswith("file://"):
+        return uri
+    p = Path(unquote(urlparse(uri).path))
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
+
+
+def _profile(profile: Path | None, strategy: str | None, params: list[str] | None) -> Profile:
+    if strategy:
+        kv = {}
+        for item in params or []:
+            if "=" not in item:
+                raise ConfigError(f"--param {item!r}: expected NAME=VALUE")
+            k, v = item.split("=", 1)
+            kv[k] = json.loads(v) if v[:1] in "[{0123456789-tf\"" and v not in ("-",) else v
+        return strategy_profile(strategy, **kv)
+    return load_profile(profile)
+
+
+# ------------------------------------------------------------------------------------------ ingest
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders to ingest.")],
+    collection: Annotated[str, typer.Option("--collection", "-c")] = "default",
+    profile: Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")] = None,
+    strategy: Annotated[str | None, typer.Option(help="One strategy for every document type.")] = None,
+    param: Annotated[list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
+    prune: Annotated[bool, typer.Option(help="Delete rows of files gone from the given folders.")] = True,
+    soft_delete: Annotated[bool, typer.Option(help="Mark vanished files deleted instead of deleting.")] = False,
+    prefect: Annotated[bool, typer.Option(help="Run as a Prefect flow (default) or as plain functions.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
+) -> None:
+    """Load, normalize, chunk, embed and store documents; only changed sections are re-embedded."""
+    prof = _profile(profile, strategy, param)
+    stats_json = _run_with_progress(
+        [str(p) for p in paths],
+        collection=collection,
+        profile=prof,
+        dry_run=dry_run,
+        prune=prune,
+        soft_delete=soft_delete,
+        use_prefect=prefect,
+        quiet=as_json,
+    )
+    if as_json:
+        out.print_json(json.dumps(stats_json))
+    else:
+        _print_summary(stats_json)
+    raise typer.Exit(EXIT_FAILED_FILES if stats_json["errors"] else EXIT_OK)
+
+
+def _run_with_progress(paths, *, collection, profile, dry_run, prune, soft_delete, use_prefect, quiet) -> dict:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pipeline import ingest as stages
+    from pipeline.sources import discover
+
+    files, _, _ = discover(paths)
+    n = len(files)
+    progress = Progress(
+        TextColumn("{task.description:>10}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+        disable=quiet or not err.is_terminal and not os.environ.get("CHUNKYARD_PROGRESS"),
+    )
+    bars = {s: progress.add_task(s, total=n) for s in ("load", "normalize", "chunk", "embed", "store")}
+    progress.update(bars["embed"], total=0)
+
+    def report(stage: str, k: int, total: int | None) -> None:
+        if stage not in bars:
+            return
+        if total is not None:
+            t = progress.tasks[bars[stage]].total or 0
+            progress.update(bars[stage], total=t + total)
+        if k:
+            progress.advance(bars[stage], k)
+
+    stages.set_reporter(report)
+    try:
+        with progress:
+            if use_prefect:
+                from flows.ingest import ingest_flow
+
+                result = ingest_flow(
+                    paths=paths, collection=collection, profile=profile.as_json(), dry_run=dry_run,
+                    prune=prune, soft_delete=soft_delete,
+                )
+            else:
+                stats, run_id, status = stages.run_ingest(
+                    paths, settings=Settings(), collection=collection, profile=profile, dry_run=dry_run,
+                    prune=prune, soft_delete=soft_delete,
+                )
+                result = stats.to_json() | {"run_id": run_id, "status": status}
+    finally:
+        stages.set_reporter(None)
+    for uri, msg in result["warnings"]:
+        err.print(f"[yellow]warning[/]: {show_path(uri)}: {msg}", highlight=False)
+    for uri, msg in result["skipped"]:
+        if not msg.startswith("unsupported file type"):
+            err.print(f"[dim]skipped[/]: {show_path(uri)}: {msg}", highlight=False)
+    for uri, stage, msg in result["errors"]:
+        err.print(f"[red]error[/]: {show_path(uri)}: {msg} [dim](stage {stage})[/]", highlight=False)
+    return result
+
+
+def _print_summary(s: dict) -> None:
+    c = s["counts"]
+    g = c.get
+    ingested = g("documents_new", 0) + g("documents_changed", 0) + g("documents_rehashed", 0)
+    t = Table(title=f"run {s.get('run_id')} · {s.get('status')}" + (" · dry run" if s["plan"] or s.get("run_id") == -1 else ""))
+    t.add_column("files seen", justify="right")
+    t.add_column("ingested", justify="right")
+    t.add_column("unchanged", justify="right")
+    t.add_column("skipped", justify="right")
+    t.add_column("failed", justify="right")
+    t.add_column("deleted", justify="right")
+    t.add_column("sections kept/new/del", justify="right")
+    t.add_column("chunks new/embedded/cached/del", justify="right")
+    t.add_row(
+        str(g("documents_seen", 0)), str(ingested), str(g("documents_unchanged", 0)),
+        str(g("documents_skipped", 0)), str(g("documents_failed", 0)), str(g("documents_deleted", 0)),
+        f"{g('sections_kept', 0)}/{g('sections_rechunked', 0)}/{g('sections_deleted', 0)}",
+        f"{g('chunks_written', 0)}/{g('chunks_embedded', 0)}/{g('chunks_cached', 0)}/{g('chunks_deleted', 0)}",
+    )
+    out.print(t)
+    tm = s["timings"]
+    tt = Table(title="seconds per stage")
+    for st in ("load", "normalize", "diff", "chunk", "embed", "store", "prune"):
+        tt.add_column(st, justify="right")
+    tt.add_row(*(f"{tm.get(st, 0.0):.2f}" for st in ("load", "normalize", "diff", "chunk", "embed", "store", "prune")))
+    out.print(tt)
+    if s["plan"]:
+        pt = Table(title="plan (nothing written)")
+        for col in ("file", "action", "sections kept", "re-chunk", "delete", "chunks"):
+            pt.add_column(col)
+        for r in s["plan"]:
+            pt.add_row(show_path(r["uri"]), r["action"], str(r["sections_kept"]), str(r["sections_rechunked"]),
+                       str(r["sections_deleted"]), str(r["chunks"]))
+        out.print(pt)
+
+
+# ------------------------------------------------------------------------------------------ search
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    k: Annotated[int, typer.Option("-k", help="How many chunks.")] = 5,
+    collection: Annotated[str, typer.Option("--collection", "-c")] = "default",
+    hybrid: Annotated[bool, typer.Option(help="Fuse vector and full-text ranks (RRF).")] = False,
+    parent: Annotated[bool, typer.Option(help="Show the parent section text.")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Top-k chunks for a query, with score, file, heading path and character range."""
+    from pipeline import db, store
+    from pipeline.embed import get_embedder
+
+    settings = Settings()
+    with db.connection(db.database_url(settings)) as conn:
+        if store.get_collection(conn, collection) is None:
+            raise ConfigError(f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first")
+        vec = get_embedder(settings.model, settings.device).encode([query])[0]
+        hits = store.search(conn, collection, vec, k=k, query_text=query, hybrid=hybrid, with_parent=parent)
+    if as_json:
+        out.print_json(json.dumps([h.__dict__ for h in hits]))
+        return
+    if not hits:
+        out.print("no results")
+    for i, h in enumerate(hits, 1):
+        path = " > ".join(h.heading_path) or "-"
+        out.print(f"[bold]{i}. {h.score:.3f}[/]  {show_path(h.source_uri)}  [{h.char_start}:{h.char_end}]  [cyan]{path}[/]", highlight=False)
+        body = h.parent_text if parent and h.parent_text else h.text
+        snippet = body if len(body) <= 600 else body[:600] + " …"
+        out.print("   " + snippet.replace("\n", "\n   "), highlight=False, markup=False)
+
+
+# ------------------------------------------------------------------------------------------ status
+
+
+@app.command()
+def status(
+    runs: Annotated[int, typer.Option(help="How many recent runs to show.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Collections with document/section/chunk counts and profiles, and the last runs."""
+    from pipeline import db, store
+
+    with db.connection(db.database_url()) as conn:
+        st = store.status(conn, runs=runs)
+    if as_json:
+        out.print_json(json.dumps(st, default=str))
+        return
+    t = Table(title="collections")
+    for col in ("name", "documents", "sections", "chunks", "model", "profile"):
+        t.add_column(col)
+    for c in st["collections"]:
+        prof = ", ".join(f"{k}={v['kind']}/{v.get('size')}" for k, v in c["profile"].items() if isinstance(v, dict))
+        t.add_row(c["name"], str(c["documents"]), str(c["sections"]), str(c["chunks"]), c["model"].split("/")[-1], prof)
+    out.print(t)
+    r = Table(title="last runs")
+    for col in ("id", "collection", "kind", "status", "started", "seconds", "counts"):
+        r.add_column(col)
+    for x in st["runs"]:
+        secs = (x["finished_at"] - x["started_at"]).total_seconds() if x["finished_at"] else None
+        counts = ", ".join(f"{k}={v}" for k, v in sorted(x["counts"].items()) if v)
+        r.add_row(str(x["id"]), x["collection"] or "-", x["kind"], x["status"],
+                  x["started_at"].strftime("%Y-%m-%d %H:%M:%S"), f"{secs:.1f}" if secs is not None else "-", counts)
+    out.print(r)
+
+
+# ------------------------------------------------------------------------------------------- chunk
+
+
+@app.command()
+def chunk(
+    file: Annotated[Path, typer.Argument(help="One file to chunk (nothing is stored).")],
+    strategy: Annotated[str | None, typer.Option(help="Strategy; default: what the profile's router picks.")] = None,
+    param: Annotated[list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")] = None,
+    profile: Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Print the chunks of one file with offsets and token counts, for tuning a profile."""
+    from pipeline.chunkers.router import Router
+    from pipeline.normalize import normalize
+    from pipeline.sources import SourceFile, detect, read_bytes, source_uri
+
+    kind = detect(file)
+    if kind is None:
+        raise ConfigError(f"{file}: unsupported file type {file.suffix!r}")
+    src = SourceFile(file, source_uri(file), kind[0], kind[1])
+    prof = _profile(profile, strategy, param)
+    doc = normalize(src, read_bytes(src), section_tokens=prof.section_tokens)
+    chunker = Router(prof, model=Settings().model).chunker_for(doc.doc_type)
+    rows = []
+    for i, sec in enumerate(doc.sections):
+        for ch in chunker.chunk(doc, sec):
+            rows.append({"section": i, "heading_path": list(sec.heading_path), "start": ch.start, "end": ch.end,
+                         "tokens": ch.token_count, "context": ch.context, "text": ch.text})
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    out.print(f"{file}: {doc.doc_type}, {len(doc.sections)} sections, {len(rows)} chunks, chunker "
+              f"{chunker.config.kind} size={chunker.config.size} {chunker.config.unit}", highlight=False)
+    for r in rows:
+        out.print(f"[bold]§{r['section']} [{r['start']}:{r['end']}] {r['tokens']} tok[/] [cyan]{' > '.join(r['heading_path'])}[/]",
+                  highlight=False)
+        out.print("  " + r["text"].replace("\n", "\n  "), highlight=False, markup=False)
+
+
+# ---------------------------------------------------------------------------------------------- db
+
+
+@app.command("db-url")
+def db_url() -> None:
+    """Print the database URL (starting the embedded server and leaving it running: `chunkyard db stop`)."""
+    from pipeline import db
+
+    out.print(db.database_url(keep_running=True), highlight=False, soft_wrap=True)
+
+
+@db_app.command("migrate")
+def db_migrate() -> None:
+    """Apply pending migrations and re-apply the SQL functions."""
+    from pipeline import db
+
+    url = db.database_url()
+    with db.connection(url, migrate_schema=False) as conn:
+        applied = db.migrate(conn)
+    out.print(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
+
+
+@db_app.command("start")
+def db_start() -> None:
+    """Start the embedded server and leave it running."""
+    from pipeline import db
+
+    out.print(db.database_url(keep_running=True), highlight=False, soft_wrap=True)
+
+
+@db_app.command("stop")
+def db_stop() -> None:
+    """Stop the embedded server."""
+    from pipeline import db
+
+    s = Settings()
+    out.print("stopped" if db.stop_embedded(s.pgdata) else "not running")
+
+
+# ---------------------------------------------------------------------------------------- entry
+
+
+def main() -> None:
+    """Console entry point: errors become one clear line and an exit code, not a traceback."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from pipeline.errors import TransientError
+
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (ChunkyardError, TransientError) as e:
+        err.print(f"[red]error[/]: {e}", highlight=False)
+        sys.exit(EXIT_ERROR)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as e:  # click usage errors and the like
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(130)
+        raise
+
+
+if __name__ == "__main__":
+    main()

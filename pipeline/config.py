@@ -1,0 +1,225 @@
+"""Typed settings (env prefix CHUNKYARD_) and validated chunking profiles, one place for both."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pipeline.errors import ConfigError
+
+#: Units a size can be measured in. "model" is the embedding model's own word pieces.
+Unit = Literal["cl100k_base", "o200k_base", "model", "chars", "words"]
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class Settings(BaseSettings):
+    """Process-wide settings; every field can be set as CHUNKYARD_<NAME>."""
+
+    model_config = SettingsConfigDict(env_prefix="CHUNKYARD_", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None, description="Any Postgres with pgvector; unset = the embedded server."
+    )
+    data_dir: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_data_dir("chunkyard")),
+        description="Where the embedded Postgres keeps its data directory.",
+    )
+    model: str = Field(default=DEFAULT_MODEL, description="sentence-transformers model name or path.")
+    device: str | None = Field(default=None, description="torch device for embedding; None = auto.")
+    embed_batch_size: int = Field(default=64, ge=1)
+    files_per_batch: int = Field(default=32, ge=1, description="Files per flow task.")
+    collection: str = "default"
+
+    @property
+    def pgdata(self) -> Path:
+        """The embedded server's data directory."""
+        return self.data_dir / "pgdata"
+
+
+class _Chunker(BaseModel):
+    """Fields every chunker config has."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    size: int = Field(default=256, ge=8, description="Token budget per chunk, in `unit`.")
+    unit: Unit = "cl100k_base"
+    context: bool = Field(
+        default=True, description="Prefix the embedded text with title and heading path (not the span)."
+    )
+
+
+class FixedConfig(_Chunker):
+    """Windows of `size` units with `overlap` units shared between neighbours."""
+
+    kind: Literal["fixed"] = "fixed"
+    overlap: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> FixedConfig:
+        if self.overlap >= self.size:
+            raise ValueError(f"overlap ({self.overlap}) must be smaller than size ({self.size})")
+        return self
+
+
+DEFAULT_SEPARATORS = ("\n\n", "\n", "。", "！", "？", ". ", "! ", "? ", "; ", ", ", " ", "")
+
+
+class RecursiveConfig(FixedConfig):
+    """Split by a separator hierarchy, merge small pieces up to the budget."""
+
+    kind: Literal["recursive"] = "recursive"  # type: ignore[assignment]
+    separators: tuple[str, ...] = DEFAULT_SEPARATORS
+
+
+class SentenceConfig(_Chunker):
+    """Whole sentences grouped up to the budget, `overlap` sentences shared."""
+
+    kind: Literal["sentence"] = "sentence"
+    overlap: int = Field(default=0, ge=0, description="Sentences repeated at the start of the next chunk.")
+    language: str = "en"
+
+
+class SemanticConfig(_Chunker):
+    """Breakpoints where the similarity of neighbouring sentence windows drops."""
+
+    kind: Literal["semantic"] = "semantic"
+    mode: Literal["percentile", "stddev", "absolute"] = "percentile"
+    threshold: float = Field(default=90.0, description="Percentile, number of std devs, or a distance.")
+    window: int = Field(default=1, ge=1, description="Sentences on each side compared at a breakpoint.")
+    min_size: int = Field(default=32, ge=0, description="Pieces smaller than this are merged into a neighbour.")
+    language: str = "en"
+
+
+class MarkdownConfig(RecursiveConfig):
+    """Heading-aware: sections from headings; fences and table rows never split; table header repeated."""
+
+    kind: Literal["markdown"] = "markdown"  # type: ignore[assignment]
+
+
+class HtmlConfig(RecursiveConfig):
+    """Header-aware HTML: sections from h1-h6; <pre> and tables kept whole where they fit."""
+
+    kind: Literal["html"] = "html"  # type: ignore[assignment]
+
+
+class CodeConfig(_Chunker):
+    """Syntax-tree boundaries (functions, classes, methods); line-aware fallback for oversized nodes."""
+
+    kind: Literal["code"] = "code"
+    size: int = Field(default=384, ge=8)
+
+
+class ChatConfig(_Chunker):
+    """Speaker turns grouped up to `max_turns` and the budget."""
+
+    kind: Literal["chat"] = "chat"
+    max_turns: int = Field(default=4, ge=1)
+    overlap: int = Field(default=0, ge=0, description="Turns repeated at the start of the next chunk.")
+
+
+class HierarchicalConfig(_Chunker):
+    """Small children for retrieval inside parents of about `parent_size` units, returned as context."""
+
+    kind: Literal["hierarchical"] = "hierarchical"
+    size: int = Field(default=192, ge=8)
+    overlap: int = Field(default=0, ge=0)
+    parent_size: int = Field(default=1024, ge=64)
+
+
+ChunkerConfig = Annotated[
+    FixedConfig
+    | RecursiveConfig
+    | SentenceConfig
+    | SemanticConfig
+    | MarkdownConfig
+    | HtmlConfig
+    | CodeConfig
+    | ChatConfig
+    | HierarchicalConfig,
+    Field(discriminator="kind"),
+]
+
+DocType = Literal["markdown", "html", "text", "code", "chat"]
+
+
+class Profile(BaseModel):
+    """Which chunker each document type gets; stored with the collection it produced."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    markdown: ChunkerConfig = MarkdownConfig(size=400, overlap=0)
+    html: ChunkerConfig = HtmlConfig(size=400, overlap=0)
+    text: ChunkerConfig = RecursiveConfig(size=200, overlap=20)
+    code: ChunkerConfig = CodeConfig(size=384)
+    chat: ChunkerConfig = ChatConfig(max_turns=4, size=256)
+    section_tokens: int = Field(
+        default=1024,
+        ge=64,
+        description="Sections longer than this (cl100k) are cut into content-defined sub-sections.",
+    )
+
+    def for_type(self, doc_type: DocType) -> ChunkerConfig:
+        """The chunker config the router picks for one document type."""
+        return getattr(self, doc_type)
+
+    def fingerprint_for(self, doc_type: DocType) -> str:
+        """Hash of exactly the settings that shape chunks of this type: a change re-chunks only them."""
+        payload = {"chunker": self.for_type(doc_type).model_dump(mode="json"), "sections": self.section_tokens}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def as_json(self) -> dict:
+        """The validated profile as plain JSON, as stored in collections.profile."""
+        return self.model_dump(mode="json")
+
+
+def strategy_profile(strategy: str, **params: object) -> Profile:
+    """A profile that applies one strategy to every document type (`--strategy X`)."""
+    try:
+        cfg = _ADAPTER.validate_python({"kind": strategy, **params})
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, f"--strategy {strategy}")) from exc
+    return Profile(**{t: cfg for t in ("markdown", "html", "text", "code", "chat")})
+
+
+def load_profile(path: Path | str | None) -> Profile:
+    """Read a TOML profile; a typo is an error that names the field."""
+    if path is None:
+        return Profile()
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"profile {p}: file not found") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"profile {p}: not valid TOML ({exc})") from exc
+    return profile_from_dict(data, origin=str(p))
+
+
+def profile_from_dict(data: dict, *, origin: str = "profile") -> Profile:
+    """Validate a profile given as a dict (TOML file, stored JSON)."""
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, origin)) from exc
+
+
+def _explain(exc: ValidationError, origin: str) -> str:
+    """One line per problem, naming the field path."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        lines.append(f"{origin}: {loc}: {err['msg']}")
+    return "\n".join(lines)
+
+
+from pydantic import TypeAdapter  # noqa: E402
+
+_ADAPTER: TypeAdapter = TypeAdapter(ChunkerConfig)

