@@ -23,13 +23,25 @@ def _transient(task, task_run, state) -> bool:
     return False
 
 
-@task(name="ingest-batch", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=[1, 5, 15], retry_condition_fn=_transient)
+@task(
+    name="ingest-batch",
+    cache_policy=NO_CACHE,
+    retries=3,
+    retry_delay_seconds=[1, 5, 15],
+    retry_condition_fn=_transient,
+)
 def ingest_batch_task(ctx: stages.RunContext, paths: list[str]) -> dict:
     """One batch of files through load..store; returns the batch's stats as JSON."""
     return stages.ingest_batch(ctx, paths).to_json()
 
 
-@task(name="prune", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=[1, 5, 15], retry_condition_fn=_transient)
+@task(
+    name="prune",
+    cache_policy=NO_CACHE,
+    retries=3,
+    retry_delay_seconds=[1, 5, 15],
+    retry_condition_fn=_transient,
+)
 def prune_task(ctx: stages.RunContext, roots: list[str], seen: list[str], soft: bool) -> dict:
     return stages.prune_missing(ctx, roots, set(seen), soft=soft).to_json()
 
@@ -48,7 +60,10 @@ def ingest_flow(
     prof = Profile.model_validate(profile or {})
     batches, stats, roots = stages.plan_batches([Path(p) for p in paths], settings.files_per_batch)
     ctx, conn = stages.begin_run(
-        settings=settings, collection=collection, profile=prof, dry_run=dry_run,
+        settings=settings,
+        collection=collection,
+        profile=prof,
+        dry_run=dry_run,
         params={"paths": paths, "dry_run": dry_run, "flow": "ingest"},
     )
     try:
@@ -61,7 +76,9 @@ def ingest_flow(
         if ctx.run_id >= 0:
             from pipeline import store
 
-            store.finish_run(conn, ctx.run_id, status="crashed", counts=dict(stats.counts), timings=stats.timings)
+            store.finish_run(
+                conn, ctx.run_id, status="crashed", counts=dict(stats.counts), timings=stats.timings
+            )
         conn.close()
         raise
     status = stages.end_run(conn, ctx, stats)

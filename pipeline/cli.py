@@ -17,7 +17,9 @@ from rich.table import Table
 from pipeline.config import Profile, Settings, load_profile, strategy_profile
 from pipeline.errors import ChunkyardError, ConfigError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Document ingestion into Postgres + pgvector.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Document ingestion into Postgres + pgvector."
+)
 db_app = typer.Typer(no_args_is_help=True, help="The database: migrate, start, stop, url.")
 app.add_typer(db_app, name="db")
 out = Console()
@@ -44,7 +46,7 @@ def _profile(profile: Path | None, strategy: str | None, params: list[str] | Non
             if "=" not in item:
                 raise ConfigError(f"--param {item!r}: expected NAME=VALUE")
             k, v = item.split("=", 1)
-            kv[k] = json.loads(v) if v[:1] in "[{0123456789-tf\"" and v not in ("-",) else v
+            kv[k] = json.loads(v) if v[:1] in '[{0123456789-tf"' and v not in ("-",) else v
         return strategy_profile(strategy, **kv)
     return load_profile(profile)
 
@@ -58,11 +60,17 @@ def ingest(
     collection: Annotated[str, typer.Option("--collection", "-c")] = "default",
     profile: Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")] = None,
     strategy: Annotated[str | None, typer.Option(help="One strategy for every document type.")] = None,
-    param: Annotated[list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")] = None,
+    param: Annotated[
+        list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
     prune: Annotated[bool, typer.Option(help="Delete rows of files gone from the given folders.")] = True,
-    soft_delete: Annotated[bool, typer.Option(help="Mark vanished files deleted instead of deleting.")] = False,
-    prefect: Annotated[bool, typer.Option(help="Run as a Prefect flow (default) or as plain functions.")] = True,
+    soft_delete: Annotated[
+        bool, typer.Option(help="Mark vanished files deleted instead of deleting.")
+    ] = False,
+    prefect: Annotated[
+        bool, typer.Option(help="Run as a Prefect flow (default) or as plain functions.")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
 ) -> None:
     """Load, normalize, chunk, embed and store documents; only changed sections are re-embedded."""
@@ -84,7 +92,9 @@ def ingest(
     raise typer.Exit(EXIT_FAILED_FILES if stats_json["errors"] else EXIT_OK)
 
 
-def _run_with_progress(paths, *, collection, profile, dry_run, prune, soft_delete, use_prefect, quiet) -> dict:
+def _run_with_progress(
+    paths, *, collection, profile, dry_run, prune, soft_delete, use_prefect, quiet
+) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pipeline import ingest as stages
@@ -120,13 +130,22 @@ def _run_with_progress(paths, *, collection, profile, dry_run, prune, soft_delet
                 from flows.ingest import ingest_flow
 
                 result = ingest_flow(
-                    paths=paths, collection=collection, profile=profile.as_json(), dry_run=dry_run,
-                    prune=prune, soft_delete=soft_delete,
+                    paths=paths,
+                    collection=collection,
+                    profile=profile.as_json(),
+                    dry_run=dry_run,
+                    prune=prune,
+                    soft_delete=soft_delete,
                 )
             else:
                 stats, run_id, status = stages.run_ingest(
-                    paths, settings=Settings(), collection=collection, profile=profile, dry_run=dry_run,
-                    prune=prune, soft_delete=soft_delete,
+                    paths,
+                    settings=Settings(),
+                    collection=collection,
+                    profile=profile,
+                    dry_run=dry_run,
+                    prune=prune,
+                    soft_delete=soft_delete,
                 )
                 result = stats.to_json() | {"run_id": run_id, "status": status}
     finally:
@@ -145,7 +164,10 @@ def _print_summary(s: dict) -> None:
     c = s["counts"]
     g = c.get
     ingested = g("documents_new", 0) + g("documents_changed", 0) + g("documents_rehashed", 0)
-    t = Table(title=f"run {s.get('run_id')} · {s.get('status')}" + (" · dry run" if s["plan"] or s.get("run_id") == -1 else ""))
+    t = Table(
+        title=f"run {s.get('run_id')} · {s.get('status')}"
+        + (" · dry run" if s["plan"] or s.get("run_id") == -1 else "")
+    )
     t.add_column("files seen", justify="right")
     t.add_column("ingested", justify="right")
     t.add_column("unchanged", justify="right")
@@ -155,8 +177,12 @@ def _print_summary(s: dict) -> None:
     t.add_column("sections kept/new/del", justify="right")
     t.add_column("chunks new/embedded/cached/del", justify="right")
     t.add_row(
-        str(g("documents_seen", 0)), str(ingested), str(g("documents_unchanged", 0)),
-        str(g("documents_skipped", 0)), str(g("documents_failed", 0)), str(g("documents_deleted", 0)),
+        str(g("documents_seen", 0)),
+        str(ingested),
+        str(g("documents_unchanged", 0)),
+        str(g("documents_skipped", 0)),
+        str(g("documents_failed", 0)),
+        str(g("documents_deleted", 0)),
         f"{g('sections_kept', 0)}/{g('sections_rechunked', 0)}/{g('sections_deleted', 0)}",
         f"{g('chunks_written', 0)}/{g('chunks_embedded', 0)}/{g('chunks_cached', 0)}/{g('chunks_deleted', 0)}",
     )
@@ -165,15 +191,26 @@ def _print_summary(s: dict) -> None:
     tt = Table(title="seconds per stage")
     for st in ("load", "normalize", "diff", "chunk", "embed", "store", "prune"):
         tt.add_column(st, justify="right")
-    tt.add_row(*(f"{tm.get(st, 0.0):.2f}" for st in ("load", "normalize", "diff", "chunk", "embed", "store", "prune")))
+    tt.add_row(
+        *(
+            f"{tm.get(st, 0.0):.2f}"
+            for st in ("load", "normalize", "diff", "chunk", "embed", "store", "prune")
+        )
+    )
     out.print(tt)
     if s["plan"]:
         pt = Table(title="plan (nothing written)")
         for col in ("file", "action", "sections kept", "re-chunk", "delete", "chunks"):
             pt.add_column(col)
         for r in s["plan"]:
-            pt.add_row(show_path(r["uri"]), r["action"], str(r["sections_kept"]), str(r["sections_rechunked"]),
-                       str(r["sections_deleted"]), str(r["chunks"]))
+            pt.add_row(
+                show_path(r["uri"]),
+                r["action"],
+                str(r["sections_kept"]),
+                str(r["sections_rechunked"]),
+                str(r["sections_deleted"]),
+                str(r["chunks"]),
+            )
         out.print(pt)
 
 
@@ -196,7 +233,9 @@ def search(
     settings = Settings()
     with db.connection(db.database_url(settings)) as conn:
         if store.get_collection(conn, collection) is None:
-            raise ConfigError(f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first")
+            raise ConfigError(
+                f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first"
+            )
         vec = get_embedder(settings.model, settings.device).encode([query])[0]
         hits = store.search(conn, collection, vec, k=k, query_text=query, hybrid=hybrid, with_parent=parent)
     if as_json:
@@ -206,7 +245,10 @@ def search(
         out.print("no results")
     for i, h in enumerate(hits, 1):
         path = " > ".join(h.heading_path) or "-"
-        out.print(f"[bold]{i}. {h.score:.3f}[/]  {show_path(h.source_uri)}  [{h.char_start}:{h.char_end}]  [cyan]{path}[/]", highlight=False)
+        out.print(
+            f"[bold]{i}. {h.score:.3f}[/]  {show_path(h.source_uri)}  [{h.char_start}:{h.char_end}]  [cyan]{path}[/]",
+            highlight=False,
+        )
         body = h.parent_text if parent and h.parent_text else h.text
         snippet = body if len(body) <= 600 else body[:600] + " …"
         out.print("   " + snippet.replace("\n", "\n   "), highlight=False, markup=False)
@@ -232,8 +274,17 @@ def status(
     for col in ("name", "documents", "sections", "chunks", "model", "profile"):
         t.add_column(col)
     for c in st["collections"]:
-        prof = ", ".join(f"{k}={v['kind']}/{v.get('size')}" for k, v in c["profile"].items() if isinstance(v, dict))
-        t.add_row(c["name"], str(c["documents"]), str(c["sections"]), str(c["chunks"]), c["model"].split("/")[-1], prof)
+        prof = ", ".join(
+            f"{k}={v['kind']}/{v.get('size')}" for k, v in c["profile"].items() if isinstance(v, dict)
+        )
+        t.add_row(
+            c["name"],
+            str(c["documents"]),
+            str(c["sections"]),
+            str(c["chunks"]),
+            c["model"].split("/")[-1],
+            prof,
+        )
     out.print(t)
     r = Table(title="last runs")
     for col in ("id", "collection", "kind", "status", "started", "seconds", "counts"):
@@ -241,8 +292,15 @@ def status(
     for x in st["runs"]:
         secs = (x["finished_at"] - x["started_at"]).total_seconds() if x["finished_at"] else None
         counts = ", ".join(f"{k}={v}" for k, v in sorted(x["counts"].items()) if v)
-        r.add_row(str(x["id"]), x["collection"] or "-", x["kind"], x["status"],
-                  x["started_at"].strftime("%Y-%m-%d %H:%M:%S"), f"{secs:.1f}" if secs is not None else "-", counts)
+        r.add_row(
+            str(x["id"]),
+            x["collection"] or "-",
+            x["kind"],
+            x["status"],
+            x["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
+            f"{secs:.1f}" if secs is not None else "-",
+            counts,
+        )
     out.print(r)
 
 
@@ -252,8 +310,12 @@ def status(
 @app.command()
 def chunk(
     file: Annotated[Path, typer.Argument(help="One file to chunk (nothing is stored).")],
-    strategy: Annotated[str | None, typer.Option(help="Strategy; default: what the profile's router picks.")] = None,
-    param: Annotated[list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")] = None,
+    strategy: Annotated[
+        str | None, typer.Option(help="Strategy; default: what the profile's router picks.")
+    ] = None,
+    param: Annotated[
+        list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")
+    ] = None,
     profile: Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -272,16 +334,30 @@ def chunk(
     rows = []
     for i, sec in enumerate(doc.sections):
         for ch in chunker.chunk(doc, sec):
-            rows.append({"section": i, "heading_path": list(sec.heading_path), "start": ch.start, "end": ch.end,
-                         "tokens": ch.token_count, "context": ch.context, "text": ch.text})
+            rows.append(
+                {
+                    "section": i,
+                    "heading_path": list(sec.heading_path),
+                    "start": ch.start,
+                    "end": ch.end,
+                    "tokens": ch.token_count,
+                    "context": ch.context,
+                    "text": ch.text,
+                }
+            )
     if as_json:
         out.print_json(json.dumps(rows))
         return
-    out.print(f"{file}: {doc.doc_type}, {len(doc.sections)} sections, {len(rows)} chunks, chunker "
-              f"{chunker.config.kind} size={chunker.config.size} {chunker.config.unit}", highlight=False)
+    out.print(
+        f"{file}: {doc.doc_type}, {len(doc.sections)} sections, {len(rows)} chunks, chunker "
+        f"{chunker.config.kind} size={chunker.config.size} {chunker.config.unit}",
+        highlight=False,
+    )
     for r in rows:
-        out.print(f"[bold]§{r['section']} [{r['start']}:{r['end']}] {r['tokens']} tok[/] [cyan]{' > '.join(r['heading_path'])}[/]",
-                  highlight=False)
+        out.print(
+            f"[bold]§{r['section']} [{r['start']}:{r['end']}] {r['tokens']} tok[/] [cyan]{' > '.join(r['heading_path'])}[/]",
+            highlight=False,
+        )
         out.print("  " + r["text"].replace("\n", "\n  "), highlight=False, markup=False)
 
 

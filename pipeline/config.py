@@ -94,7 +94,9 @@ class SemanticConfig(_Chunker):
     mode: Literal["percentile", "stddev", "absolute"] = "percentile"
     threshold: float = Field(default=90.0, description="Percentile, number of std devs, or a distance.")
     window: int = Field(default=1, ge=1, description="Sentences on each side compared at a breakpoint.")
-    min_size: int = Field(default=32, ge=0, description="Pieces smaller than this are merged into a neighbour.")
+    min_size: int = Field(
+        default=32, ge=0, description="Pieces smaller than this are merged into a neighbour."
+    )
     language: str = "en"
 
 
@@ -172,7 +174,10 @@ class Profile(BaseModel):
 
     def fingerprint_for(self, doc_type: DocType) -> str:
         """Hash of exactly the settings that shape chunks of this type: a change re-chunks only them."""
-        payload = {"chunker": self.for_type(doc_type).model_dump(mode="json"), "sections": self.section_tokens}
+        payload = {
+            "chunker": self.for_type(doc_type).model_dump(mode="json"),
+            "sections": self.section_tokens,
+        }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def as_json(self) -> dict:

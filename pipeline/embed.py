@@ -20,7 +20,9 @@ log = logging.getLogger(__name__)
 class Embedder:
     """A loaded model; `encode` takes a batch of texts and returns unit vectors (float32)."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, *, device: str | None = None, batch_size: int = 64) -> None:
+    def __init__(
+        self, model: str = DEFAULT_MODEL, *, device: str | None = None, batch_size: int = 64
+    ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -34,7 +36,10 @@ class Embedder:
         self.name = model
         self.batch_size = batch_size
         self.model = SentenceTransformer(model_path(model), device=device)
-        dim_fn = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        dim_fn = (
+            getattr(self.model, "get_embedding_dimension", None)
+            or self.model.get_sentence_embedding_dimension
+        )
         self.dim = int(dim_fn())
 
     def encode(self, texts: Sequence[str], *, progress: Callable[[int], None] | None = None) -> np.ndarray:

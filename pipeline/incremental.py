@@ -40,7 +40,13 @@ def section_hash(doc: Document, section: Section) -> str:
 
 def fingerprint(doc: Document, section: Section, chunk_key: str) -> str:
     """Content + everything that shapes its chunks or their embedded text: heading path, title, settings."""
-    parts = [section_hash(doc, section), "\x1f".join(section.heading_path), doc.title, section.kind, chunk_key]
+    parts = [
+        section_hash(doc, section),
+        "\x1f".join(section.heading_path),
+        doc.title,
+        section.kind,
+        chunk_key,
+    ]
     return sha256("\x1e".join(parts))[:32]
 
 

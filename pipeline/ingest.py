@@ -136,7 +136,9 @@ def begin_run(
         coll_id = coll.id if coll else -1
         run_id = -1
     else:
-        coll = store.ensure_collection(conn, collection, profile=profile.as_json(), model=settings.model, dim=dim)
+        coll = store.ensure_collection(
+            conn, collection, profile=profile.as_json(), model=settings.model, dim=dim
+        )
         coll_id = coll.id
         if not store.lock_collection(conn, coll_id, wait=lock_wait):
             conn.close()
@@ -209,7 +211,11 @@ def ingest_batch(ctx: RunContext, paths: Sequence[str]) -> Stats:
     if not files:
         return stats
     with db.connection(ctx.url) as conn:
-        stored = store.stored_documents(conn, ctx.collection_id, [f.uri for f in files]) if ctx.collection_id > 0 else {}
+        stored = (
+            store.stored_documents(conn, ctx.collection_id, [f.uri for f in files])
+            if ctx.collection_id > 0
+            else {}
+        )
         loaded: list[tuple[SourceFile, bytes]] = []
         with stats.timed("load"):
             for src in files:
@@ -223,7 +229,12 @@ def ingest_batch(ctx: RunContext, paths: Sequence[str]) -> Stats:
                     _report("load")
                     continue
                 old = stored.get(src.uri)
-                if old and not old.deleted and old.content_hash == _raw_hash(data) and old.chunk_key == router.fingerprint(old.doc_type):
+                if (
+                    old
+                    and not old.deleted
+                    and old.content_hash == _raw_hash(data)
+                    and old.chunk_key == router.fingerprint(old.doc_type)
+                ):
                     stats.counts["documents_unchanged"] += 1
                     _report("load")
                     continue
@@ -241,7 +252,9 @@ def ingest_batch(ctx: RunContext, paths: Sequence[str]) -> Stats:
                     stats.errors.append((src.uri, "normalize", exc.reason))
                     stats.counts["documents_failed"] += 1
                 except Exception as exc:  # a parser bug must not take the run down with it
-                    stats.errors.append((src.uri, "normalize", f"could not parse: {type(exc).__name__}: {exc}"))
+                    stats.errors.append(
+                        (src.uri, "normalize", f"could not parse: {type(exc).__name__}: {exc}")
+                    )
                     stats.counts["documents_failed"] += 1
                 else:
                     stats.warnings += [(src.uri, w) for w in doc.warnings]
@@ -256,7 +269,9 @@ def ingest_batch(ctx: RunContext, paths: Sequence[str]) -> Stats:
                 old = stored.get(src.uri)
                 prev = old_sections.get(old.id, []) if old else []
                 plan = plan_sections(doc, fps, prev)
-                work.append(_Work(src, doc, key, fps, plan, {}, [p.id for p in prev], old is None or old.deleted))
+                work.append(
+                    _Work(src, doc, key, fps, plan, {}, [p.id for p in prev], old is None or old.deleted)
+                )
         with stats.timed("chunk"):
             for w in work:
                 try:
@@ -312,7 +327,9 @@ def ingest_batch(ctx: RunContext, paths: Sequence[str]) -> Stats:
                 except psycopg.errors.SerializationFailure as exc:
                     raise TransientError(f"{w.src.uri}: {exc}") from exc
                 except psycopg.OperationalError as exc:
-                    raise TransientError(f"database connection lost while storing {w.src.uri}: {exc}") from exc
+                    raise TransientError(
+                        f"database connection lost while storing {w.src.uri}: {exc}"
+                    ) from exc
                 _report("store")
     return stats
 
@@ -359,7 +376,9 @@ def _as_sources(paths: Sequence[str], stats: Stats) -> list[SourceFile]:
 # ------------------------------------------------------------------------------------ whole runs
 
 
-def plan_batches(paths: Sequence[str | Path], files_per_batch: int) -> tuple[list[list[str]], Stats, list[str]]:
+def plan_batches(
+    paths: Sequence[str | Path], files_per_batch: int
+) -> tuple[list[list[str]], Stats, list[str]]:
     """Discover files and cut them into batches; returns (batches, discovery stats, prune roots)."""
     stats = Stats()
     files, skipped, errors = discover(paths)
@@ -404,7 +423,10 @@ def run_ingest(
     collection = collection or settings.collection
     batches, stats, roots = plan_batches(paths, settings.files_per_batch)
     ctx, conn = begin_run(
-        settings=settings, collection=collection, profile=profile, dry_run=dry_run,
+        settings=settings,
+        collection=collection,
+        profile=profile,
+        dry_run=dry_run,
         params={"paths": [str(p) for p in paths], "dry_run": dry_run},
     )
     try:
@@ -414,7 +436,9 @@ def run_ingest(
             stats.merge(prune_missing(ctx, roots, stats.seen, soft=soft_delete))
     except BaseException:
         if ctx.run_id >= 0:
-            store.finish_run(conn, ctx.run_id, status="crashed", counts=dict(stats.counts), timings=stats.timings)
+            store.finish_run(
+                conn, ctx.run_id, status="crashed", counts=dict(stats.counts), timings=stats.timings
+            )
         conn.close()
         raise
     status = end_run(conn, ctx, stats)

@@ -67,7 +67,9 @@ def decode(data: bytes, uri: str) -> tuple[str, list[str]]:
             try:
                 return data[len(bom) :].decode(enc), warnings
             except UnicodeDecodeError as exc:
-                raise InputError(uri, f"has a {enc} byte-order mark but is not valid {enc} ({exc.reason})") from exc
+                raise InputError(
+                    uri, f"has a {enc} byte-order mark but is not valid {enc} ({exc.reason})"
+                ) from exc
     if _looks_binary(data):
         raise InputError(uri, "looks like a binary file (NUL bytes or mostly control bytes), not text")
     try:
@@ -219,8 +221,22 @@ def _rstrip_to(text: str, end: int) -> int:
 
 # ---------------------------------------------------------------------------------------------- html
 
-_DROP_TAGS = ["script", "style", "noscript", "template", "nav", "footer", "iframe", "svg", "form", "aside", "button"]
-_BOILERPLATE = re.compile(r"\b(cookie|consent|sidebar|breadcrumb|navbar|site-header|site-footer|advert|banner)\b", re.I)
+_DROP_TAGS = [
+    "script",
+    "style",
+    "noscript",
+    "template",
+    "nav",
+    "footer",
+    "iframe",
+    "svg",
+    "form",
+    "aside",
+    "button",
+]
+_BOILERPLATE = re.compile(
+    r"\b(cookie|consent|sidebar|breadcrumb|navbar|site-header|site-footer|advert|banner)\b", re.I
+)
 _BLOCK = {
     "p", "div", "section", "article", "main", "header", "blockquote", "ul", "ol", "li", "dl", "dt", "dd",
     "figure", "figcaption", "details", "summary", "address", "hr", "body", "html",

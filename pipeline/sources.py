@@ -83,7 +83,9 @@ def discover(paths: Iterable[Path | str]) -> tuple[list[SourceFile], list[Skippe
         for path in _walk(root, errors):
             kind = detect(path)
             if kind is None:
-                skipped.append(Skipped(source_uri(path), f"unsupported file type {path.suffix or '(none)'!r}"))
+                skipped.append(
+                    Skipped(source_uri(path), f"unsupported file type {path.suffix or '(none)'!r}")
+                )
                 continue
             sf = SourceFile(path=path, uri=source_uri(path), doc_type=kind[0], language=kind[1])
             found.setdefault(sf.uri, sf)
@@ -100,7 +102,9 @@ def _walk(root: Path, errors: list[InputError]) -> Iterator[Path]:
         return
 
     def onerror(exc: OSError) -> None:
-        errors.append(InputError(str(exc.filename), f"cannot list directory ({exc.strerror})", stage="discover"))
+        errors.append(
+            InputError(str(exc.filename), f"cannot list directory ({exc.strerror})", stage="discover")
+        )
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))

