@@ -329,7 +329,7 @@ def chunk(
         raise ConfigError(f"{file}: unsupported file type {file.suffix!r}")
     src = SourceFile(file, source_uri(file), kind[0], kind[1])
     prof = _profile(profile, strategy, param)
-    doc = normalize(src, read_bytes(src), section_tokens=prof.section_tokens)
+    doc = normalize(src, read_bytes(src), section_tokens=prof.section_tokens_for(src.doc_type))
     chunker = Router(prof, model=Settings().model).chunker_for(doc.doc_type)
     rows = []
     for i, sec in enumerate(doc.sections):

@@ -244,7 +244,7 @@ def ingest_batch(ctx: RunContext, paths: Sequence[str]) -> Stats:
         with stats.timed("normalize"):
             for src, data in loaded:
                 try:
-                    doc = normalize(src, data, section_tokens=profile.section_tokens)
+                    doc = normalize(src, data, section_tokens=profile.section_tokens_for(src.doc_type))
                 except SkipFile as exc:
                     stats.skipped.append((src.uri, exc.reason))
                     stats.counts["documents_skipped"] += 1
