@@ -140,7 +140,7 @@ def normalize(src: SourceFile, data: bytes, *, section_tokens: int = 1024) -> Do
     if not text.strip():
         raise SkipFile(src.uri, "no text left after cleaning (whitespace or markup only)")
     sections = split_large_sections(text, sections, max_tokens=section_tokens)
-    sections = [s for s in sections if text[s.start : s.end].strip()] or [Section(0, len(text))]
+    sections = [_strip_section(text, s) for s in sections if text[s.start : s.end].strip()]
     _link_parents(sections)
     return Document(
         uri=src.uri,
@@ -153,6 +153,21 @@ def normalize(src: SourceFile, data: bytes, *, section_tokens: int = 1024) -> Do
         raw_hash=sha256(data),
         mime=mime,
     )
+
+
+def strip_span(text: str, a: int, b: int) -> tuple[int, int]:
+    """Shrink a span to exclude leading and trailing whitespace."""
+    while a < b and text[a].isspace():
+        a += 1
+    while b > a and text[b - 1].isspace():
+        b -= 1
+    return a, b
+
+
+def _strip_section(text: str, s: Section) -> Section:
+    """Sections span their content without surrounding whitespace: identity survives reflowing gaps."""
+    s.start, s.end = strip_span(text, s.start, s.end)
+    return s
 
 
 def _link_parents(sections: list[Section]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,9 +117,12 @@ def _walk(root: Path, errors: list[InputError]) -> Iterator[Path]:
 def read_bytes(src: SourceFile) -> bytes:
     """The file's bytes, or an InputError that says why they cannot be read."""
     try:
-        if src.path.is_dir():
+        st = src.path.stat()
+        if stat.S_ISDIR(st.st_mode):
             raise InputError(src.uri, "is a directory, not a file")
-        size = src.path.stat().st_size
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(src.uri, "not a regular file (a pipe, socket or device): nothing to read")
+        size = st.st_size
         if size > MAX_BYTES:
             raise InputError(src.uri, f"file is {size / 1e6:.0f} MB, over the {MAX_BYTES // 2**20} MiB limit")
         return src.path.read_bytes()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pipeline.config import DEFAULT_MODEL, DEFAULT_SEPARATORS
-from pipeline.normalize import Document, Section
+from pipeline.normalize import Document, Section, strip_span
 from pipeline.tokens import Counter, counter, model_max_tokens
 
 Span = tuple[int, int]
@@ -119,15 +119,6 @@ class Chunker(ABC):
 
 
 # ---------------------------------------------------------------------------------- mechanics
-
-
-def strip_span(text: str, a: int, b: int) -> Span:
-    """Shrink a span to exclude leading and trailing whitespace."""
-    while a < b and text[a].isspace():
-        a += 1
-    while b > a and text[b - 1].isspace():
-        b -= 1
-    return a, b
 
 
 def _budget_fits(text: str, cnt: Counter, size: int) -> Callable[[int, int], bool]:
