@@ -409,7 +409,9 @@ def main() -> None:
     from pipeline.errors import TransientError
 
     try:
-        app(standalone_mode=False)
+        rv = app(standalone_mode=False)
+        if isinstance(rv, int):
+            sys.exit(rv)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (ChunkyardError, TransientError) as e:

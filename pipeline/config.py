@@ -172,11 +172,16 @@ class Profile(BaseModel):
         """The chunker config the router picks for one document type."""
         return getattr(self, doc_type)
 
+    def section_tokens_for(self, doc_type: DocType) -> int:
+        """Largest section (parent) size for a type: a hierarchical chunker's parent_size wins."""
+        cfg = self.for_type(doc_type)
+        return cfg.parent_size if isinstance(cfg, HierarchicalConfig) else self.section_tokens
+
     def fingerprint_for(self, doc_type: DocType) -> str:
         """Hash of exactly the settings that shape chunks of this type: a change re-chunks only them."""
         payload = {
             "chunker": self.for_type(doc_type).model_dump(mode="json"),
-            "sections": self.section_tokens,
+            "sections": self.section_tokens_for(doc_type),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
