@@ -62,8 +62,8 @@ class Skipped:
 
 
 def source_uri(path: Path) -> str:
-    """Stable id of a file: its resolved absolute path as a file URI."""
-    return path.resolve().as_uri()
+    """Stable id of a file: its absolute path as a file URI (links are not followed: a link is its own file)."""
+    return Path(os.path.abspath(path)).as_uri()
 
 
 def detect(path: Path) -> tuple[str, str | None] | None:
@@ -95,11 +95,8 @@ def discover(paths: Iterable[Path | str]) -> tuple[list[SourceFile], list[Skippe
 
 def _walk(root: Path, errors: list[InputError]) -> Iterator[Path]:
     """Files below root (or root itself), skipping hidden and tool folders."""
-    if root.is_file() or (root.is_symlink() and not root.is_dir()):
-        yield root
-        return
     if not root.is_dir():
-        errors.append(InputError(str(root), "not a regular file or directory", stage="discover"))
+        yield root  # a file, a broken link or a pipe: read_bytes says what is wrong with it
         return
 
     def onerror(exc: OSError) -> None:

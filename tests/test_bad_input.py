@@ -1,0 +1,81 @@
+"""Bad input: each bad file gets one clear line, the run goes on, nothing stored is lost."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline.ingest import run_ingest
+
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
+
+
+def _cli(*args: str, env_url: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, CHUNKYARD_DATABASE_URL=env_url, COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+    )
+
+
+def test_bad_files_are_reported_and_the_run_goes_on(tmp_path, database_url, conn):
+    d = tmp_path / "src"
+    d.mkdir()
+    (d / "good.md").write_text("# Good\n\nThe good file about pelicans.\n")
+    (d / "binary.md").write_text("# Was fine\n\nOnce upon a time this was text about walruses.\n")
+    (d / "latin1.txt").write_bytes("Grüße aus Köln, sagte der Bäcker.".encode("cp1252"))
+    (d / "empty.md").write_bytes(b"")
+    (d / "picture.png").write_bytes(PNG)
+    # first run: everything good
+    first = _cli("ingest", str(d), "--no-prefect", env_url=database_url, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "warning: src/latin1.txt: invalid UTF-8 at byte 3 (0xfc); decoded as" in first.stderr
+    assert "skipped: src/empty.md: empty file" in first.stderr
+    walrus_chunks = conn.execute(
+        "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.source_uri LIKE '%binary.md'"
+    ).fetchone()[0]
+    assert walrus_chunks == 1
+    # now break things
+    (d / "binary.md").write_bytes(PNG)
+    os.mkfifo(d / "pipe.txt")
+    (d / "broken.md").symlink_to(d / "nowhere.md")
+    res = _cli("ingest", str(d), str(tmp_path / "missing-dir"), "--no-prefect", env_url=database_url, cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    err = res.stderr
+    assert "Traceback" not in err
+    assert "error: src/binary.md: looks like a binary file" in err
+    assert "error: src/pipe.txt: not a regular file" in err
+    assert "error: src/broken.md: file vanished or is a broken link" in err
+    assert "missing-dir: no such file or directory" in err
+    assert "picture.png" not in err  # unsupported types are counted, not shouted about
+    # nothing stored was lost: the now-binary file keeps its old rows
+    still = conn.execute(
+        "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.source_uri LIKE '%binary.md'"
+    ).fetchone()[0]
+    assert still == 1
+    # the ledger says what failed
+    run_id, status, counts = conn.execute("SELECT id, status, counts FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+    assert status == "failed"
+    assert counts["documents_failed"] == 4
+    errors = conn.execute("SELECT source_uri, stage FROM ingest_errors WHERE run_id = %s", (run_id,)).fetchall()
+    assert len(errors) == 4
+
+
+def test_missing_path_and_empty_folder(tmp_path, settings):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    stats, _, status = run_ingest([empty], settings=settings)
+    assert status == "completed" and stats.counts["documents_seen"] == 0
+    stats, _, status = run_ingest([tmp_path / "nope"], settings=settings)
+    assert status == "failed"
+    assert stats.errors[0][2] == "no such file or directory"
+
+
+def test_usage_errors_exit_2_with_one_line(tmp_path, database_url):
+    prof = tmp_path / "p.toml"
+    prof.write_text('[text]\nkind = "recursive"\nsize = 100\noverlapp = 5\n')
+    res = _cli("ingest", str(tmp_path), "--profile", str(prof), env_url=database_url, cwd=tmp_path)
+    assert res.returncode == 2
+    assert "text.recursive.overlapp: Extra inputs are not permitted" in res.stderr
+    assert "Traceback" not in res.stderr
