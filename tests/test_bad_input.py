@@ -30,7 +30,7 @@ def test_bad_files_are_reported_and_the_run_goes_on(tmp_path, database_url, conn
     # first run: everything good
     first = _cli("ingest", str(d), "--no-prefect", env_url=database_url, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert "warning: src/latin1.txt: invalid UTF-8 at byte 3 (0xfc); decoded as" in first.stderr
+    assert "warning: src/latin1.txt: invalid UTF-8 at byte 2 (0xfc); decoded as" in first.stderr
     assert "skipped: src/empty.md: empty file" in first.stderr
     walrus_chunks = conn.execute(
         "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.source_uri LIKE '%binary.md'"
