@@ -361,6 +361,62 @@ def chunk(
         out.print("  " + r["text"].replace("\n", "\n  "), highlight=False, markup=False)
 
 
+# -------------------------------------------------------------------------------------------- eval
+
+
+@app.command("eval")
+def eval_(
+    corpora: Annotated[Path, typer.Option("--corpora", help="Folder of corpus files (id = file stem).")],
+    questions: Annotated[
+        Path, typer.Option("--questions", help="Chroma-style CSV (question, references, corpus_id) or JSONL.")
+    ],
+    strategy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--strategy",
+            "-s",
+            help="KIND[:k=v,...] (repeatable), e.g. recursive:size=200,overlap=0; also label=, as=text, "
+            "section_tokens=, truncate=true (eval-only), separators=chroma. `default` = the default profile.",
+        ),
+    ] = None,
+    profile: Annotated[
+        list[Path] | None, typer.Option("--profile", help="A TOML profile to evaluate (repeatable).")
+    ] = None,
+    k: Annotated[int, typer.Option("-k", min=1, help="Chunks retrieved per question.")] = 5,
+    hybrid: Annotated[bool, typer.Option(help="Also score hybrid (vector + full-text) search.")] = False,
+    as_type: Annotated[
+        str, typer.Option("--as", help="Type corpora by suffix (auto) or treat all as text / markdown.")
+    ] = "auto",
+    section_tokens: Annotated[
+        int | None, typer.Option(help="Override the profiles' section size (cl100k).")
+    ] = None,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Writes OUTPUT.json (every figure) and OUTPUT.png.")
+    ] = Path("chunkyard-eval"),
+    per_corpus: Annotated[bool, typer.Option(help="Also print recall / IoU per corpus.")] = False,
+) -> None:
+    """Score chunking configurations on questions with excerpt spans (Chroma's recall, precision, IoU)."""
+    from pipeline import evaluate as ev
+
+    if as_type not in ("auto", "text", "markdown"):
+        raise ConfigError(f"--as {as_type!r}: expected auto, text or markdown")
+    configs = [ev.parse_config(s, doc_type=as_type, section_tokens=section_tokens) for s in strategy or []]
+    configs += [
+        ev.profile_config(str(p), doc_type=as_type, section_tokens=section_tokens) for p in profile or []
+    ]
+    if not configs:
+        configs = [ev.parse_config("default", doc_type=as_type, section_tokens=section_tokens)]
+    doc = ev.run_eval(
+        corpora, questions, configs, k=k, hybrid=hybrid, settings=Settings(),
+        progress=lambda m: err.print(f"[dim]{m}[/]", highlight=False),
+    )  # fmt: skip
+    js, png = ev.write_outputs(doc, output)
+    out.print(ev.markdown_table(doc["results"]), highlight=False, markup=False, soft_wrap=True)
+    if per_corpus:
+        out.print("\n" + ev.per_corpus_table(doc["results"]), highlight=False, markup=False, soft_wrap=True)
+    out.print(f"\nfigures: {js}\nplot: {png}", highlight=False)
+
+
 # ---------------------------------------------------------------------------------------------- db
 
 

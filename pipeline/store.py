@@ -75,6 +75,42 @@ def get_collection(conn: psycopg.Connection, name: str) -> Collection | None:
     return Collection(*row) if row else None
 
 
+def drop_collection(conn: psycopg.Connection, name: str) -> bool:
+    """Delete a collection and everything in it (cascades); evaluation throws its collections away."""
+    with conn.transaction():
+        row = conn.execute("DELETE FROM collections WHERE name = %s RETURNING id", (name,)).fetchone()
+    return row is not None
+
+
+def collection_chunks(
+    conn: psycopg.Connection, name: str, *, embeddings: bool = False
+) -> list[tuple[int, str, int, int, str, str, np.ndarray | None]]:
+    """Every live chunk of a collection as (id, source uri, start, end, text, context, embedding or None)."""
+    rows = conn.execute(
+        sql.SQL(
+            """SELECT c.id, d.source_uri, c.char_start, c.char_end, c.text, c.context, {}
+               FROM chunks c JOIN documents d ON d.id = c.document_id AND d.deleted_at IS NULL
+               JOIN collections col ON col.id = c.collection_id AND col.name = %s
+               ORDER BY d.source_uri, c.char_start, c.id"""
+        ).format(sql.SQL("c.embedding") if embeddings else sql.SQL("NULL")),
+        (name,),
+    ).fetchall()
+    conn.commit()
+    return [(i, u, s, e, t, c, as_array(v) if v is not None else None) for i, u, s, e, t, c, v in rows]
+
+
+def collection_texts(conn: psycopg.Connection, name: str) -> dict[str, str]:
+    """source uri -> normalized text of every live document of a collection (what offsets point into)."""
+    rows = conn.execute(
+        """SELECT d.source_uri, d.normalized_text FROM documents d
+           JOIN collections col ON col.id = d.collection_id AND col.name = %s
+           WHERE d.deleted_at IS NULL""",
+        (name,),
+    ).fetchall()
+    conn.commit()
+    return dict(rows)
+
+
 def lock_collection(conn: psycopg.Connection, collection_id: int, *, wait: bool = True) -> bool:
     """Session-level advisory lock: one writing run per collection at a time."""
     fn = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
