@@ -163,7 +163,7 @@ def _run_with_progress(
 def _print_summary(s: dict) -> None:
     c = s["counts"]
     g = c.get
-    ingested = g("documents_new", 0) + g("documents_changed", 0) + g("documents_rehashed", 0)
+    ingested = g("documents_new", 0) + g("documents_changed", 0)
     t = Table(
         title=f"run {s.get('run_id')} · {s.get('status')}"
         + (" · dry run" if s["plan"] or s.get("run_id") == -1 else "")

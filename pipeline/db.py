@@ -93,8 +93,9 @@ def database_url(settings: Settings | None = None, *, keep_running: bool = False
     return start_embedded(settings.pgdata, keep_running=keep_running)
 
 
-def connect(url: str, *, autocommit: bool = False, migrate_schema: bool = True) -> psycopg.Connection:
-    """A connection with pgvector registered and the schema migrated (once per process and URL)."""
+def connect(url: str, *, autocommit: bool = True, migrate_schema: bool = True) -> psycopg.Connection:
+    """A connection (autocommit: write in explicit `conn.transaction()` blocks) with pgvector registered
+    and the schema migrated (once per process and URL)."""
     try:
         conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=10)
     except psycopg.OperationalError as exc:

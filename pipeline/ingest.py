@@ -342,7 +342,7 @@ def _raw_hash(data: bytes) -> str:
 
 def _count_plan(stats: Stats, w: _Work) -> None:
     c = stats.counts
-    c["documents_new" if w.is_new else ("documents_changed" if w.plan.changed else "documents_rehashed")] += 1
+    c["documents_new" if w.is_new else "documents_changed"] += 1
     c["sections_kept"] += len(w.plan.keep)
     c["sections_rechunked"] += len(w.plan.new)
     c["sections_deleted"] += len(w.plan.delete)

@@ -1,0 +1,1 @@
+"""chunkyard: document ingestion into Postgres + pgvector, one module per stage."""

@@ -1,0 +1,306 @@
+"""Incremental runs: exact counts for real edit scenarios, crash convergence, per-section identity."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pipeline import store
+from pipeline.config import Profile, RecursiveConfig, Settings
+from pipeline.ingest import run_ingest
+
+SECTIONS = {
+    "A": "Alpacas graze on the high plains and hum when they are content.",
+    "B": "Barnacles glue themselves to rocks with a protein cement.",
+    "C": "Cuttlefish change colour in a fraction of a second.",
+    "D": "Dormice sleep through the winter in nests of woven grass.",
+    "E": "Eels cross the Atlantic to spawn in the Sargasso Sea.",
+}
+
+
+def page(order: str = "ABCDE", *, extra: dict[str, str] | None = None, title: str = "Animals") -> str:
+    """A markdown page: a title section, then one H2 section per letter."""
+    body = dict(SECTIONS, **(extra or {}))
+    parts = [f"# {title}\n\nNotes on animals, one per section.\n"]
+    parts += [f"## {k}\n\n{body[k]}\n" for k in order]
+    return "\n".join(parts)
+
+
+def ingest(path, settings, **kw):
+    stats, run_id, status = run_ingest([path], settings=settings, **kw)
+    assert status == "completed", stats.errors
+    return stats.counts
+
+
+def chunk_ids(conn) -> dict[str, int]:
+    return dict(conn.execute("SELECT text, id FROM chunks").fetchall())
+
+
+def contract_ok(conn) -> bool:
+    bad = conn.execute(
+        """SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id
+           WHERE substr(d.normalized_text, c.char_start + 1, c.char_end - c.char_start) <> c.text"""
+    ).fetchone()[0]
+    return bad == 0
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    d = tmp_path / "docs"
+    d.mkdir()
+    (d / "animals.md").write_text(page())
+    return d
+
+
+def test_no_change(corpus, settings, conn):
+    first = ingest(corpus, settings)
+    assert first["chunks_embedded"] == 6 and first["sections_rechunked"] == 6
+    c = ingest(corpus, settings)
+    assert c["documents_unchanged"] == 1
+    assert c["chunks_embedded"] == c["sections_rechunked"] == c["chunks_written"] == 0
+
+
+def test_one_word_in_one_section(corpus, settings, conn):
+    ingest(corpus, settings)
+    ids = chunk_ids(conn)
+    (corpus / "animals.md").write_text(page(extra={"C": SECTIONS["C"].replace("second", "moment")}))
+    c = ingest(corpus, settings)
+    assert (c["documents_changed"], c["sections_kept"], c["sections_rechunked"], c["sections_deleted"]) == (
+        1,
+        5,
+        1,
+        1,
+    )
+    assert (c["chunks_embedded"], c["chunks_deleted"], c["chunks_written"]) == (1, 1, 1)
+    after = chunk_ids(conn)
+    assert sum(1 for t, i in after.items() if ids.get(t) == i) == 5
+    assert contract_ok(conn)
+
+
+def test_section_inserted_at_top_keeps_everything_below(corpus, settings, conn):
+    ingest(corpus, settings)
+    ids = chunk_ids(conn)
+    (corpus / "animals.md").write_text(page("NABCDE", extra={"N": "Newts regrow lost limbs."}))
+    c = ingest(corpus, settings)
+    assert (c["sections_kept"], c["sections_rechunked"], c["sections_deleted"]) == (6, 1, 0)
+    assert c["chunks_embedded"] == 1
+    after = chunk_ids(conn)
+    assert all(after[t] == i for t, i in ids.items())  # same rows, same embeddings
+    assert contract_ok(conn)  # their offsets moved with the text
+    ordinals = [r[0] for r in conn.execute("SELECT heading_path[2] FROM sections ORDER BY ordinal")]
+    assert ordinals == [None, "N", "A", "B", "C", "D", "E"]
+
+
+def test_section_moved(corpus, settings, conn):
+    ingest(corpus, settings)
+    (corpus / "animals.md").write_text(page("ACDBE"))
+    c = ingest(corpus, settings)
+    assert (c["sections_kept"], c["sections_rechunked"], c["sections_deleted"], c["chunks_embedded"]) == (
+        6,
+        0,
+        0,
+        0,
+    )
+    assert contract_ok(conn)
+
+
+def test_section_deleted(corpus, settings, conn):
+    ingest(corpus, settings)
+    (corpus / "animals.md").write_text(page("ABCD"))
+    c = ingest(corpus, settings)
+    assert (c["sections_kept"], c["sections_deleted"], c["chunks_deleted"], c["chunks_embedded"]) == (
+        5,
+        1,
+        1,
+        0,
+    )
+    assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 5
+
+
+def test_file_renamed_reuses_embeddings(corpus, settings, conn):
+    ingest(corpus, settings)
+    (corpus / "animals.md").rename(corpus / "fauna.md")
+    c = ingest(corpus, settings)
+    assert (c["documents_new"], c["documents_deleted"]) == (1, 1)
+    assert (c["chunks_written"], c["chunks_embedded"], c["chunks_cached"]) == (6, 0, 6)
+    uris = [r[0] for r in conn.execute("SELECT source_uri FROM documents")]
+    assert len(uris) == 1 and uris[0].endswith("fauna.md")
+
+
+def test_file_deleted(corpus, settings, conn):
+    (corpus / "other.md").write_text(page(title="Other"))
+    ingest(corpus, settings)
+    (corpus / "animals.md").unlink()
+    c = ingest(corpus, settings)
+    assert (c["documents_deleted"], c["chunks_deleted"]) == (1, 6)
+    assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] == 1
+    assert conn.execute("SELECT count(*) FROM sections").fetchone()[0] == 6
+
+
+def test_soft_delete_keeps_rows_but_hides_them(corpus, settings, conn):
+    ingest(corpus, settings)
+    (corpus / "animals.md").unlink()
+    c = ingest(corpus, settings, soft_delete=True)
+    assert c["documents_deleted"] == 1
+    assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 6
+    vec = conn.execute("SELECT embedding FROM chunks LIMIT 1").fetchone()[0]
+    assert store.search(conn, "default", vec, k=3) == []
+
+
+def test_duplicate_file_embeds_nothing(corpus, settings, conn):
+    ingest(corpus, settings)
+    shutil.copy(corpus / "animals.md", corpus / "copy.md")
+    c = ingest(corpus, settings)
+    assert (c["documents_unchanged"], c["documents_new"], c["chunks_written"], c["chunks_embedded"]) == (
+        1,
+        1,
+        6,
+        0,
+    )
+
+
+def test_profile_change_rechunks_only_affected_types(corpus, settings, conn):
+    (corpus / "notes.txt").write_text("Plain notes.\n\n" + " ".join(f"word{i}" for i in range(300)))
+    ingest(corpus, settings)
+    md_ids = {
+        r[0]
+        for r in conn.execute(
+            "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.doc_type = 'markdown'"
+        )
+    }
+    changed = Profile(text=RecursiveConfig(size=60, overlap=0))
+    c = ingest(corpus, settings, profile=changed)
+    assert c["documents_unchanged"] == 1  # the markdown file: its chunker settings did not change
+    assert c["sections_rechunked"] >= 1 and c["chunks_written"] >= 300 // 60
+    still = {
+        r[0]
+        for r in conn.execute(
+            "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.doc_type = 'markdown'"
+        )
+    }
+    assert still == md_ids
+    sizes = [
+        r[0]
+        for r in conn.execute(
+            "SELECT token_count FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.doc_type = 'text'"
+        )
+    ]
+    assert max(sizes) <= 60
+
+
+def test_dry_run_writes_nothing(corpus, settings, conn):
+    ingest(corpus, settings)
+    (corpus / "animals.md").write_text(page(extra={"C": "Cuttlefish are not fish."}))
+    stats, run_id, status = run_ingest([corpus], settings=settings, dry_run=True)
+    assert run_id == -1
+    assert stats.plan == [
+        {"uri": (corpus / "animals.md").as_uri(), "action": "update", "sections_kept": 5,
+         "sections_rechunked": 1, "sections_deleted": 1, "chunks": 1}
+    ]  # fmt: skip
+    assert stats.counts["chunks_embedded"] == 1
+    assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    assert "Cuttlefish change colour" in conn.execute("SELECT normalized_text FROM documents").fetchone()[0]
+
+
+# ------------------------------------------------------------------------------------------ crashes
+
+_n = itertools.count()
+
+
+@pytest.fixture
+def make_db(pg_server, template_db):
+    """Extra fresh databases for comparing two histories."""
+    from tests.conftest import _with_db
+
+    made = []
+
+    def make() -> str:
+        name = f"x_{next(_n)}_{id(made)}"
+        with psycopg.connect(pg_server, autocommit=True) as c:
+            c.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(template_db)
+                )
+            )
+        made.append(name)
+        return _with_db(pg_server, name)
+
+    yield make
+    with psycopg.connect(pg_server, autocommit=True) as c:
+        for name in made:
+            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def snapshot(url: str) -> dict:
+    """Every table's content, without row ids or timestamps."""
+    with psycopg.connect(url) as c:
+        return {
+            "documents": c.execute(
+                "SELECT source_uri, content_hash, text_hash, chunk_key, normalized_text FROM documents ORDER BY 1"
+            ).fetchall(),
+            "sections": c.execute(
+                """SELECT d.source_uri, s.ordinal, s.heading_path, s.content_hash, s.fingerprint, s.char_start,
+                          s.char_end, p.ordinal
+                   FROM sections s JOIN documents d ON d.id = s.document_id LEFT JOIN sections p ON p.id = s.parent_id
+                   ORDER BY 1, 2"""
+            ).fetchall(),
+            "chunks": c.execute(
+                """SELECT d.source_uri, s.ordinal, c.ordinal, c.text, c.context, c.char_start, c.char_end,
+                          c.embed_hash, c.token_count, c.embedding::text
+                   FROM chunks c JOIN sections s ON s.id = c.section_id JOIN documents d ON d.id = c.document_id
+                   ORDER BY 1, 2, 3"""
+            ).fetchall(),
+            "cache": c.execute("SELECT model, text_hash FROM embedding_cache ORDER BY 2").fetchall(),
+        }
+
+
+def test_crash_between_documents_converges(tmp_path, make_db, monkeypatch):
+    d = tmp_path / "docs"
+    d.mkdir()
+    for name, title in (("a.md", "First"), ("b.md", "Second"), ("c.md", "Third")):
+        (d / name).write_text(page(title=title))
+    crashed, clean = make_db(), make_db()
+    real = store.write_document
+    calls = itertools.count()
+
+    def crash_on_second(*a, **kw):
+        if next(calls) == 1:
+            raise KeyboardInterrupt("injected crash between two documents")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(store, "write_document", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        run_ingest([d], settings=Settings(database_url=crashed))
+    monkeypatch.setattr(store, "write_document", real)
+    with psycopg.connect(crashed) as c:
+        assert c.execute("SELECT count(*) FROM documents").fetchone()[0] == 1
+        assert c.execute("SELECT status FROM runs").fetchone()[0] == "crashed"
+    stats, _, status = run_ingest([d], settings=Settings(database_url=crashed))
+    assert status == "completed"
+    assert stats.counts["documents_unchanged"] == 1 and stats.counts["documents_new"] == 2
+    run_ingest([d], settings=Settings(database_url=clean))
+    assert snapshot(crashed) == snapshot(clean)
+
+
+def test_failure_inside_a_document_keeps_its_old_state(corpus, settings, conn, monkeypatch):
+    ingest(corpus, settings)
+    before = snapshot(settings.database_url)
+    (corpus / "animals.md").write_text(page("ABCDE", extra={"A": "Alpacas are camelids."}))
+    real = store.write_document
+
+    def broken(*a, **kw):
+        kw["vectors"] = {}  # the COPY of the new chunks fails half-way through the transaction
+        return real(*a, **kw)
+
+    monkeypatch.setattr(store, "write_document", broken)
+    with pytest.raises(KeyError):
+        run_ingest([corpus], settings=settings)
+    after = snapshot(settings.database_url)
+    for table in ("documents", "sections", "chunks"):
+        assert after[table] == before[table], table
+    # the new embedding is cached (valid whatever happens to the document): the retry will not redo it
+    assert len(after["cache"]) == len(before["cache"]) + 1
