@@ -161,43 +161,31 @@ def _run_with_progress(
 
 
 def _print_summary(s: dict) -> None:
-    c = s["counts"]
-    g = c.get
-    ingested = g("documents_new", 0) + g("documents_changed", 0)
+    g = s["counts"].get
+    dry = bool(s["plan"]) or s.get("run_id") == -1
     t = Table(
-        title=f"run {s.get('run_id')} · {s.get('status')}"
-        + (" · dry run" if s["plan"] or s.get("run_id") == -1 else "")
+        title=f"run {s.get('run_id')} · {s.get('status')}" + (" · dry run" if dry else ""), show_header=False
     )
-    t.add_column("files seen", justify="right")
-    t.add_column("ingested", justify="right")
-    t.add_column("unchanged", justify="right")
-    t.add_column("skipped", justify="right")
-    t.add_column("failed", justify="right")
-    t.add_column("deleted", justify="right")
-    t.add_column("sections kept/new/del", justify="right")
-    t.add_column("chunks new/embedded/cached/del", justify="right")
+    t.add_column(style="bold")
+    t.add_column()
+
+    def line(*pairs: tuple[str, str]) -> str:
+        return " · ".join(f"{label} {g(key, 0)}" for label, key in pairs)
+
     t.add_row(
-        str(g("documents_seen", 0)),
-        str(ingested),
-        str(g("documents_unchanged", 0)),
-        str(g("documents_skipped", 0)),
-        str(g("documents_failed", 0)),
-        str(g("documents_deleted", 0)),
-        f"{g('sections_kept', 0)}/{g('sections_rechunked', 0)}/{g('sections_deleted', 0)}",
-        f"{g('chunks_written', 0)}/{g('chunks_embedded', 0)}/{g('chunks_cached', 0)}/{g('chunks_deleted', 0)}",
-    )
-    out.print(t)
+        "files",
+        f"seen {g('documents_seen', 0)} · ingested {g('documents_new', 0) + g('documents_changed', 0)} · "
+        + line(("unchanged", "documents_unchanged"), ("skipped", "documents_skipped"),
+               ("failed", "documents_failed"), ("deleted", "documents_deleted")),
+    )  # fmt: skip
+    t.add_row("sections", line(("kept", "sections_kept"), ("re-chunked", "sections_rechunked"),
+                               ("deleted", "sections_deleted")))  # fmt: skip
+    t.add_row("chunks", line(("written", "chunks_written"), ("embedded", "chunks_embedded"),
+                             ("from cache", "chunks_cached"), ("deleted", "chunks_deleted")))  # fmt: skip
     tm = s["timings"]
-    tt = Table(title="seconds per stage")
-    for st in ("load", "normalize", "diff", "chunk", "embed", "store", "prune"):
-        tt.add_column(st, justify="right")
-    tt.add_row(
-        *(
-            f"{tm.get(st, 0.0):.2f}"
-            for st in ("load", "normalize", "diff", "chunk", "embed", "store", "prune")
-        )
-    )
-    out.print(tt)
+    stages = ("load", "normalize", "diff", "chunk", "embed", "store", "prune")
+    t.add_row("seconds", " · ".join(f"{st} {tm.get(st, 0.0):.2f}" for st in stages))
+    out.print(t)
     if s["plan"]:
         pt = Table(title="plan (nothing written)")
         for col in ("file", "action", "sections kept", "re-chunk", "delete", "chunks"):
