@@ -1,0 +1,156 @@
+"""Chroma's chunking benchmark through `chunkyard eval`: reproduce the published MiniLM rows, try profiles.
+
+    python bench/eval_chroma.py published              # the 6 reproducible MiniLM rows vs PUBLISHED.md
+    python bench/eval_chroma.py target --hybrid        # the default profile and the candidates tried
+    python bench/eval_chroma.py specs -s 'recursive:size=128,label=r128' -s default:as=text
+
+The data stays in ../shared/bench/chroma (or $CHUNKYARD_CHROMA_DIR); results go to bench/results/.
+Run from the repository root; set CHUNKYARD_DATA_DIR to keep the embedded Postgres out of the way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline import evaluate as ev  # noqa: E402
+from pipeline.config import Settings  # noqa: E402
+
+#: One section per corpus, as Chroma chunked whole corpora (the pipeline's default cuts at 1024 cl100k).
+WHOLE = 10**8
+#: Chroma embedded the bare chunk text, each corpus as plain text; its long chunks were truncated by the model.
+REPRO = f"context=false,as=text,section_tokens={WHOLE},truncate=true"
+
+PUBLISHED_CONFIGS = {
+    "Recursive 250/125": f"recursive:size=250,overlap=125,separators=chroma,{REPRO}",
+    "TokenText 250/125": f"fixed:size=250,overlap=125,{REPRO}",
+    "Recursive 250/0": f"recursive:size=250,overlap=0,separators=chroma,{REPRO}",
+    "TokenText 250/0": f"fixed:size=250,overlap=0,{REPRO}",
+    "Recursive 200/0": f"recursive:size=200,overlap=0,separators=chroma,{REPRO}",
+    "TokenText 200/0": f"fixed:size=200,overlap=0,{REPRO}",
+}
+
+#: The quality target's candidates, each one change away from its neighbour (see the report).
+TARGET_CONFIGS = {
+    "default (as text)": "default:as=text",
+    "default (files as typed: markdown)": "default",
+}
+
+
+def data_dir() -> Path:
+    """Where the benchmark data lives: never copied into the repository."""
+    env = os.environ.get("CHUNKYARD_CHROMA_DIR")
+    return Path(env) if env else ROOT.parent / "shared" / "bench" / "chroma"
+
+
+def published(data: Path) -> dict[str, dict]:
+    """The MiniLM rows of PUBLISHED.md as {"Recursive 250/125": {"recall": 78.7, ...}}."""
+    text = (data / "PUBLISHED.md").read_text(encoding="utf-8")
+    block = text.split("## all-MiniLM-L6-v2", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for line in block.splitlines():
+        cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
+        if len(cells) != 7 or not re.match(r"\d", cells[1]):
+            continue
+        name = cells[0].split(" (")[0]
+        size = cells[1].split()[0]
+        vals = [float(c.split("±")[0].strip(" *")) for c in cells[3:]]
+        out[f"{name} {size}/{cells[2]}"] = dict(
+            zip(("recall", "precision", "precision_omega", "iou"), vals, strict=True)
+        )
+    return out
+
+
+def comparison_table(results: list[dict], pub: dict[str, dict]) -> str:
+    """Harness vs published, metric by metric, for rows whose label names a published configuration."""
+    lines = [
+        "| Configuration | Chunks | Mean cl100k | Over model limit | Recall (ours / pub / Δ) | Precision | Precision_Ω | IoU |",
+        "| --- | ---: | ---: | ---: | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        p = pub.get(r["label"])
+        if p is None or r["mode"] != "vector":
+            continue
+        s, ch = r["summary"], r["chunks"]
+        cells = []
+        for m in ev.METRICS:
+            ours = s[m]["mean"]
+            cells.append(f"{ours:.1f} / {p[m]:.1f} / {ours - p[m]:+.1f}")
+        lines.append(
+            f"| {r['label']} | {ch['count']} | {ch['mean_cl100k']:.0f} | {ch['over_model_limit']} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def reference_points(pub: dict[str, dict]) -> list[dict]:
+    """Published rows as hollow points on the plot."""
+    return [{"label": f"pub {k}", "recall": v["recall"], "iou": v["iou"]} for k, v in pub.items()]
+
+
+def run(configs: dict[str, str], name: str, *, k: int, hybrid: bool) -> dict:
+    """Evaluate configurations one after another, saving after each so a long run can be watched."""
+    data = data_dir()
+    settings = Settings()
+    corpora = ev.load_corpora(data / "corpora")
+    questions = ev.load_questions(data / "questions_df.csv", corpora)
+    qvecs = ev.embed_questions(questions, settings)
+    modes = ("vector", "hybrid") if hybrid else ("vector",)
+    out = ROOT / "bench" / "results" / name
+    pub = published(data)
+    results: list[dict] = []
+    for label, spec in configs.items():
+        cfg = ev.parse_config(f"{spec},label={label}" if ":" in spec else f"{spec}:label={label}")
+        t0 = time.perf_counter()
+        results += ev.evaluate_index(
+            cfg.label, ev.pipeline_indexer(cfg, corpora, settings), corpora, questions, qvecs,
+            settings=settings, k=k, modes=modes, meta=ev.config_meta(cfg),
+        )  # fmt: skip
+        doc = ev.report(results, corpora=corpora, questions=questions, k=k, settings=settings)
+        ev.write_outputs(doc, out, reference=reference_points(pub))
+        print(f"{label}: {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+    print(ev.markdown_table(results))
+    print()
+    print(ev.per_corpus_table(results))
+    if any(r["label"] in pub for r in results):
+        print()
+        print(comparison_table(results, pub))
+    print(f"\n{out}.json  {out}.png")
+    return doc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("set", choices=["published", "target", "specs"])
+    ap.add_argument("-s", "--spec", action="append", default=[], help="LABEL=SPEC or SPEC (repeatable)")
+    ap.add_argument("--only", action="append", default=[], help="Run only these labels of the set.")
+    ap.add_argument("--name", help="Results file name under bench/results/.")
+    ap.add_argument("-k", type=int, default=5)
+    ap.add_argument("--hybrid", action="store_true")
+    a = ap.parse_args()
+    if a.set == "published":
+        configs = dict(PUBLISHED_CONFIGS)
+    elif a.set == "target":
+        configs = dict(TARGET_CONFIGS)
+    else:
+        configs = {}
+    for s in a.spec:
+        label, _, spec = s.partition("=") if re.match(r"^[^:=]+=[a-z]+(:|$)", s) else ("", "", s)
+        configs[label or spec] = spec
+    if a.only:
+        configs = {k: v for k, v in configs.items() if k in a.only}
+    if not configs:
+        ap.error("nothing to evaluate")
+    run(configs, a.name or a.set, k=a.k, hybrid=a.hybrid)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""The chunkers people use, scored in the same harness as chunkyard: same model, k, Postgres and SQL search.
+
+    python bench/peers.py                      # every peer below
+    python bench/peers.py --only semchunk-cl100k-200 --only langchain-recursive-cl100k-200
+
+Peers return chunk texts; `locate_chunks` maps them back to corpus offsets, then `evaluate.spans_indexer`
+embeds and stores them like any collection and `evaluate.evaluate_index` scores them. Chunks longer than the
+model's input are left as the peer made them (the model truncates), as a user of that library would get.
+Needs the bench extra: pip install -e '.[bench]'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from eval_chroma import data_dir, published, reference_points  # noqa: E402
+
+from pipeline import evaluate as ev  # noqa: E402
+from pipeline.config import Settings  # noqa: E402
+from pipeline.tokens import model_path, seed_tiktoken_cache, tiktoken_encoding  # noqa: E402
+
+Splitter = Callable[[str], list[str]]
+
+
+# ------------------------------------------------------------------------------------------- peers
+
+
+def _cl100k_len(text: str) -> int:
+    return len(tiktoken_encoding("cl100k_base").encode(text, disallowed_special=()))
+
+
+def langchain_recursive(size: int, overlap: int = 0, separators: list[str] | None = None) -> Splitter:
+    """LangChain's RecursiveCharacterTextSplitter sized in cl100k (its documented tiktoken constructor)."""
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+    kw = {"separators": separators} if separators else {}
+    sp = RecursiveCharacterTextSplitter(
+        chunk_size=size, chunk_overlap=overlap, length_function=_cl100k_len, **kw
+    )
+    return sp.split_text
+
+
+def langchain_token(size: int, overlap: int) -> Splitter:
+    """LangChain's TokenTextSplitter on cl100k: the algorithm of Chroma's TokenText rows."""
+    from langchain_text_splitters import TokenTextSplitter
+
+    return TokenTextSplitter(encoding_name="cl100k_base", chunk_size=size, chunk_overlap=overlap).split_text
+
+
+def chonkie_recursive(size: int | None = None) -> Splitter:
+    """Chonkie's RecursiveChunker: its default (2048 characters) or `size` cl100k tokens."""
+    from chonkie import RecursiveChunker
+
+    ch = (
+        RecursiveChunker()
+        if size is None
+        else RecursiveChunker(tokenizer=tiktoken_encoding("cl100k_base"), chunk_size=size)
+    )
+    return lambda text: [c.text for c in ch.chunk(text)]
+
+
+def chonkie_semantic(size: int | None = None) -> Splitter:
+    """Chonkie's SemanticChunker on the local MiniLM (its default model is not shipped offline)."""
+    from chonkie import SemanticChunker
+    from chonkie.embeddings import SentenceTransformerEmbeddings
+
+    emb = SentenceTransformerEmbeddings(model_path())
+    ch = (
+        SemanticChunker(embedding_model=emb)
+        if size is None
+        else SemanticChunker(embedding_model=emb, chunk_size=size)
+    )
+    return lambda text: [c.text for c in ch.chunk(text)]
+
+
+def semchunk_splitter(size: int, tokenizer: str = "cl100k") -> Splitter:
+    """semchunk (it has no default size) counting cl100k tokens or the model's word pieces."""
+    import semchunk
+
+    if tokenizer == "cl100k":
+        counter = tiktoken_encoding("cl100k_base")
+    else:
+        from pipeline.tokens import hf_tokenizer
+
+        counter = hf_tokenizer()
+    ch = semchunk.chunkerify(counter, size)
+    return lambda text: list(ch(text))
+
+
+def llama_sentence(size: int | None = None, overlap: int | None = None) -> Splitter:
+    """LlamaIndex's SentenceSplitter: its default (1024 / 200 tokens) or the given size."""
+    from llama_index.core.node_parser import SentenceSplitter
+
+    kw = {}
+    if size is not None:
+        kw = {"chunk_size": size, "chunk_overlap": overlap or 0}
+    return SentenceSplitter(**kw).split_text
+
+
+PEERS: dict[str, Callable[[], Splitter]] = {
+    "langchain-recursive-cl100k-200": lambda: langchain_recursive(200),
+    "chonkie-recursive-default": lambda: chonkie_recursive(),
+    "chonkie-recursive-cl100k-200": lambda: chonkie_recursive(200),
+    "chonkie-semantic-default": lambda: chonkie_semantic(),
+    "chonkie-semantic-256": lambda: chonkie_semantic(256),
+    "semchunk-cl100k-200": lambda: semchunk_splitter(200),
+    "semchunk-model-254": lambda: semchunk_splitter(254, "model"),
+    "llamaindex-sentence-default": lambda: llama_sentence(),
+    "llamaindex-sentence-200": lambda: llama_sentence(200, 0),
+}
+
+#: Controls: LangChain's own splitters configured as Chroma's published rows (Chroma's chunkers are copies of
+#: them). They test the harness independently of chunkyard's chunkers.
+CHROMA_SEPS = list(ev.CHROMA_SEPARATORS)
+CONTROLS: dict[str, Callable[[], Splitter]] = {
+    "Recursive 250/125": lambda: langchain_recursive(250, 125, CHROMA_SEPS),
+    "TokenText 250/125": lambda: langchain_token(250, 125),
+    "Recursive 250/0": lambda: langchain_recursive(250, 0, CHROMA_SEPS),
+    "TokenText 250/0": lambda: langchain_token(250, 0),
+    "Recursive 200/0": lambda: langchain_recursive(200, 0, CHROMA_SEPS),
+    "TokenText 200/0": lambda: langchain_token(200, 0),
+}
+
+
+# -------------------------------------------------------------------------------- offsets from texts
+
+
+def locate_chunks(text: str, chunks: list[str], *, name: str = "") -> list[ev.Span]:
+    """Map chunk texts back to [start, end) ranges of `text`, in order, whitespace-tolerant."""
+    out: list[ev.Span] = []
+    prev_start = prev_end = 0
+    for n, chunk in enumerate(chunks):
+        core = chunk.strip()
+        if not core:
+            continue
+        span = _find_exact(text, core, prev_start, prev_end, first=not out)
+        if span is None:
+            span = _find_fuzzy(text, core, prev_start)
+        if span is None:
+            raise ValueError(f"{name}: chunk {n} not found after offset {prev_start}: {core[:80]!r}")
+        out.append(span)
+        prev_start, prev_end = span
+    return out
+
+
+def _find_exact(text: str, core: str, prev_start: int, prev_end: int, *, first: bool) -> ev.Span | None:
+    """A contiguous continuation (only whitespace skipped) if there is one, else the first match that overlaps."""
+    after = text.find(core, prev_end)
+    if after >= 0 and not text[prev_end:after].strip():
+        return after, after + len(core)
+    pos = text.find(core, 0 if first else prev_start + 1)
+    if pos >= 0:
+        return pos, pos + len(core)
+    return None
+
+
+_WS = re.compile(r"\s+")
+
+
+def _find_fuzzy(text: str, core: str, start: int) -> ev.Span | None:
+    """Whitespace changed (collapsed, stripped, re-joined) or bytes cut mid-character: match by a pattern."""
+    parts = []
+    for tok in _WS.split(core):
+        if tok:
+            parts.append(".{0,3}?".join(re.escape(p) for p in tok.split("\ufffd")))
+    pat = re.compile(r"\s*".join(parts))
+    m = pat.search(text, start)
+    return (m.start(), m.end()) if m else None
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+def run(names: list[str], table: dict[str, Callable[[], Splitter]], out_name: str, *, k: int) -> None:
+    """Chunk with each peer, index the spans, score; results saved after each peer."""
+    seed_tiktoken_cache()
+    data = data_dir()
+    settings = Settings()
+    corpora = ev.load_corpora(data / "corpora")
+    questions = ev.load_questions(data / "questions_df.csv", corpora)
+    qvecs = ev.embed_questions(questions, settings)
+    pub = published(data)
+    out = ROOT / "bench" / "results" / out_name
+    results: list[dict] = []
+    for name in names:
+        t0 = time.perf_counter()
+        split = table[name]()
+        spans = {
+            cid: locate_chunks(c.text, split(c.text), name=f"{name}/{cid}") for cid, c in corpora.items()
+        }
+        t_chunk = time.perf_counter() - t0
+        res = ev.evaluate_index(
+            name, ev.spans_indexer(name, corpora, spans, settings), corpora, questions, qvecs,
+            settings=settings, k=k, meta={"peer": name, "chunk_seconds": round(t_chunk, 2)},
+        )  # fmt: skip
+        results += res
+        doc = ev.report(results, corpora=corpora, questions=questions, k=k, settings=settings)
+        ev.write_outputs(doc, out, reference=reference_points(pub))
+        print(
+            f"{name}: chunked in {t_chunk:.0f}s, total {time.perf_counter() - t0:.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(ev.markdown_table(results))
+    print()
+    print(ev.per_corpus_table(results))
+    print(f"\n{out}.json  {out}.png")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", action="append", default=[], help="Peer name (repeatable).")
+    ap.add_argument(
+        "--controls", action="store_true", help="LangChain configured as Chroma's published rows."
+    )
+    ap.add_argument("--name", help="Results file name under bench/results/.")
+    ap.add_argument("-k", type=int, default=5)
+    a = ap.parse_args()
+    table = CONTROLS if a.controls else PEERS
+    names = a.only or list(table)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        ap.error(f"unknown: {', '.join(unknown)}; known: {', '.join(table)}")
+    run(names, table, a.name or ("controls" if a.controls else "peers"), k=a.k)
+
+
+if __name__ == "__main__":
+    main()
