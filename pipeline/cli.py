@@ -402,7 +402,8 @@ def eval_(
     out.print(ev.markdown_table(doc["results"]), highlight=False, markup=False, soft_wrap=True)
     if per_corpus:
         out.print("\n" + ev.per_corpus_table(doc["results"]), highlight=False, markup=False, soft_wrap=True)
-    out.print(f"\nfigures: {js}\nplot: {png}", highlight=False)
+    plot_line = png or "skipped (matplotlib missing: pip install 'chunkyard[eval]')"
+    out.print(f"\nfigures: {js}\nplot: {plot_line}", highlight=False)
 
 
 # ---------------------------------------------------------------------------------------------- db

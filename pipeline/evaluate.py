@@ -828,7 +828,7 @@ def plot(
     try:
         import matplotlib
     except ImportError as exc:
-        raise ConfigError("the plot needs matplotlib: pip install 'chunkyard[bench]'") from exc
+        raise ConfigError("the plot needs matplotlib: pip install 'chunkyard[eval]'") from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -855,11 +855,16 @@ def plot(
     return out
 
 
-def write_outputs(doc: dict, prefix: Path | str, *, reference: Sequence[dict] = ()) -> tuple[Path, Path]:
-    """`prefix`.json with every figure and `prefix`.png with the recall/IoU plot."""
+def write_outputs(
+    doc: dict, prefix: Path | str, *, reference: Sequence[dict] = ()
+) -> tuple[Path, Path | None]:
+    """`prefix`.json with every figure and `prefix`.png with the plot (None without matplotlib)."""
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     js = prefix.with_name(prefix.name + ".json")
     js.write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
-    png = plot(doc["results"], prefix.with_name(prefix.name + ".png"), reference=reference)
+    try:
+        png = plot(doc["results"], prefix.with_name(prefix.name + ".png"), reference=reference)
+    except ConfigError:  # the figures are written; only the picture needs the optional dependency
+        png = None
     return js, png
