@@ -157,10 +157,13 @@ class Profile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    markdown: ChunkerConfig = MarkdownConfig(size=400, overlap=0)
-    html: ChunkerConfig = HtmlConfig(size=400, overlap=0)
+    # Practical defaults: docs heading-aware at ~512 cl100k, no overlap; prose recursive with ~10% overlap;
+    # code by syntax tree, 256, no overlap; chat 4 turns. The model's input limit (254 word pieces for
+    # all-MiniLM-L6-v2, context included) is enforced on top, so it binds first for long blocks.
+    markdown: ChunkerConfig = MarkdownConfig(size=512, overlap=0)
+    html: ChunkerConfig = HtmlConfig(size=512, overlap=0)
     text: ChunkerConfig = RecursiveConfig(size=200, overlap=20)
-    code: ChunkerConfig = CodeConfig(size=384)
+    code: ChunkerConfig = CodeConfig(size=256)
     chat: ChunkerConfig = ChatConfig(max_turns=4, size=256)
     section_tokens: int = Field(
         default=1024,

@@ -459,7 +459,9 @@ def parse_code(text: str, lang: str, filename: str) -> list[Section]:
             s = _line_start(text, s)
             if s > cursor:
                 sections.append(Section(cursor, s, 1, (filename,), "module"))
-            title = text[start:end].split("\n", 1)[0].strip().rstrip("{:").strip()
+            lines = [ln.strip() for ln in text[start:end].split("\n") if ln.strip()]
+            # the signature, not a decorator / annotation line above it
+            title = next((ln for ln in lines if not ln.startswith("@")), lines[0]).rstrip("{:").strip()
             e = _line_end(text, end)
             sections.append(Section(s, e, 1, (filename, title[:120]), "definition"))
             cursor = e

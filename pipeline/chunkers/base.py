@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, ClassVar
 
 from pipeline.config import DEFAULT_MODEL, DEFAULT_SEPARATORS
-from pipeline.normalize import Document, Section, strip_span
+from pipeline.normalize import Document, Section
 from pipeline.tokens import Counter, counter, model_max_tokens
 
 Span = tuple[int, int]
+Fits = Callable[[int, int], bool]
 
 #: The embedded context (title, heading path) never takes more than this many model word pieces.
 MAX_CONTEXT_TOKENS = 48
+
+#: Word pieces of the "\n\n" that joins context and text: none (BERT pre-tokenizes on whitespace).
+_JOIN_COST = 0
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class Chunker(ABC):
     """Subclasses implement `split`; the base strips, enforces budgets and builds Chunk objects."""
 
     kind: ClassVar[str]
+    #: Model word pieces the clipped context may take; subclasses with richer context raise it.
+    context_tokens: ClassVar[int] = MAX_CONTEXT_TOKENS
 
     def __init__(self, config: Any, *, model: str = DEFAULT_MODEL) -> None:
         self.config = config
@@ -61,54 +67,37 @@ class Chunker(ABC):
         parts += [h for h in section.heading_path if h and h != doc.title]
         return " > ".join(parts)
 
+    def metadata_for(self, doc: Document, section: Section, span: Span) -> dict[str, Any]:
+        """Extra JSON stored with a chunk; strategies add what helps someone reading the table."""
+        return {}
+
+    def context(self, doc: Document, section: Section, span: Span) -> str:
+        """The context actually embedded: `context_for`, clipped to `context_tokens` word pieces."""
+        return self._clip_context(self.context_for(doc, section, span))
+
     def chunk(self, doc: Document, section: Section) -> list[Chunk]:
         """Chunks of one section, each within the unit budget and the model's input limit."""
-        spans = self.split(doc, section)
         text = doc.text
+        fits = self.fits_for(doc, section)
         out: list[Chunk] = []
-        for a, b in spans:
-            for s, e in self._enforce(doc, section, *strip_span(text, a, b)):
-                ctx = self._clip_context(self.context_for(doc, section, (s, e)))
-                out.append(Chunk(s, e, text[s:e], self.counter.count(text[s:e]), ctx))
+        for a, b in self.split(doc, section):
+            for s, e in self._enforce(doc, section, a, b, fits):
+                piece = text[s:e]
+                out.append(
+                    Chunk(
+                        s,
+                        e,
+                        piece,
+                        self.counter.count(piece),
+                        self.context(doc, section, (s, e)),
+                        self.metadata_for(doc, section, (s, e)),
+                    )
+                )
         return out
 
     def chunk_document(self, doc: Document) -> list[tuple[int, list[Chunk]]]:
         """(section index, chunks) for every section of a document."""
         return [(i, self.chunk(doc, s)) for i, s in enumerate(doc.sections)]
-
-    def _clip_context(self, ctx: str) -> str:
-        if not ctx or self.model_counter.count(ctx) <= MAX_CONTEXT_TOKENS:
-            return ctx
-        tok = self.model_counter._tok  # type: ignore[attr-defined]
-        enc = tok(ctx, add_special_tokens=False, return_offsets_mapping=True)
-        cut = enc["offset_mapping"][MAX_CONTEXT_TOKENS - 1][1]
-        return ctx[:cut]
-
-    def _enforce(self, doc: Document, section: Section, a: int, b: int) -> list[Span]:
-        """Re-split a span that is over budget, in the unit or in model word pieces with context."""
-        if b <= a:
-            return []
-        text = doc.text
-        ctx = self._clip_context(self.context_for(doc, section, (a, b)))
-        ctx_cost = self.model_counter.count(ctx) + 2 if ctx else 0  # "\n\n" joins context and text
-        model_budget = self.model_limit - ctx_cost
-        size = self.config.size
-        piece = text[a:b]
-        if self.counter.count(piece) <= size and self.model_counter.count(piece) <= model_budget:
-            return [(a, b)]
-        if self.counter.name == "model":
-            fits = _budget_fits(text, self.model_counter, min(size, model_budget))
-        else:
-            unit_fits = _budget_fits(text, self.counter, size)
-            model_fits = _budget_fits(text, self.model_counter, model_budget)
-
-            def fits(x: int, y: int) -> bool:
-                return unit_fits(x, y) and model_fits(x, y)
-
-        return [
-            strip_span(text, x, y)
-            for x, y in recursive_spans(text, a, b, fits, DEFAULT_SEPARATORS, section.atomic)
-        ]
 
     def chunk_text(self, text: str, *, title: str = "") -> list[Chunk]:
         """Chunks of a bare string treated as one section (for tests and `chunkyard chunk`)."""
@@ -117,15 +106,186 @@ class Chunker(ABC):
         )
         return self.chunk(doc, doc.sections[0])
 
+    # ------------------------------------------------------------------------------ size checks
+
+    def fits_for(self, doc: Document, section: Section) -> Fits:
+        """A test for spans of this section: unit budget, and model limit including their context."""
+        text, size, unit, model = doc.text, self.config.size, self.counter, self.model_counter
+        limit = self.model_limit
+        costs: dict[str, int] = {}
+
+        def model_budget(a: int, b: int) -> int:
+            ctx = self.context(doc, section, (a, b))
+            if ctx not in costs:
+                costs[ctx] = model.count(ctx) + _JOIN_COST if ctx else 0
+            return limit - costs[ctx]
+
+        if unit.name == "model":
+
+            def fits(a: int, b: int) -> bool:
+                return model.count(text[a:b]) <= min(size, model_budget(a, b))
+
+        else:
+
+            def fits(a: int, b: int) -> bool:
+                piece = text[a:b]
+                return unit.count(piece) <= size and model.count(piece) <= model_budget(a, b)
+
+        return fits
+
+    def section_model_budget(self, doc: Document, section: Section) -> int:
+        """Model word pieces left for text beside the section's plain context (an estimate for packing)."""
+        ctx = self.context(doc, section, (section.start, section.start))
+        return self.model_limit - (self.model_counter.count(ctx) + _JOIN_COST if ctx else 0)
+
+    def _clip_context(self, ctx: str) -> str:
+        limit = self.context_tokens
+        if not ctx or len(ctx) <= limit or self.model_counter.count(ctx) <= limit:
+            return ctx
+        tok = self.model_counter._tok  # type: ignore[attr-defined]
+        enc = tok(ctx, add_special_tokens=False, return_offsets_mapping=True)
+        cut = enc["offset_mapping"][limit - 1][1]
+        return ctx[:cut].rstrip()
+
+    def _enforce(self, doc: Document, section: Section, a: int, b: int, fits: Fits) -> list[Span]:
+        """Stripped spans of [a, b), re-split until each passes `fits` (a lone character always passes)."""
+        text = doc.text
+        out: list[Span] = []
+        todo = [strip_span(text, a, b)]
+        while todo:
+            x, y = todo.pop()
+            if y <= x:
+                continue
+            if y - x == 1 or fits(x, y):
+                out.append((x, y))
+                continue
+            pieces = [
+                strip_span(text, p, q)
+                for p, q in recursive_spans(text, x, y, fits, DEFAULT_SEPARATORS, section.atomic)
+            ]
+            if pieces == [(x, y)]:  # cannot be cut further: halve it
+                mid = x + (y - x) // 2
+                pieces = [strip_span(text, x, mid), strip_span(text, mid, y)]
+            todo.extend(reversed(pieces))
+        return out
+
+    # ---------------------------------------------------------------------------------- packing
+
+    def pieces_for(self, doc: Document, section: Section, a: int, b: int, fits: Fits) -> list[Span]:
+        """Contiguous pieces of [a, b) that each fit, cut at the coarsest configured separator."""
+        separators = getattr(self.config, "separators", DEFAULT_SEPARATORS)
+        return recursive_spans(doc.text, a, b, fits, separators, section.atomic)
+
+    def pack(
+        self,
+        doc: Document,
+        section: Section,
+        pieces: Sequence[Span],
+        *,
+        fits: Fits | None = None,
+        overlap_units: int = 0,
+        overlap_items: int = 0,
+        max_items: int | None = None,
+        glue: Sequence[bool] | None = None,
+        groups: Sequence[tuple[int, int]] = (),
+    ) -> list[Span]:
+        """Greedily join contiguous pieces into chunks that fit; overlap in units or in pieces.
+
+        `glue[k]` asks not to end a chunk after piece k (a heading or a list's lead-in) when the chunk
+        can end earlier instead. A group (first, last) of pieces (a lead-in and its list items) starts
+        a new chunk rather than being cut, when it fits in one chunk but not in what is left of this one.
+        """
+        groups = self.pack_indices(
+            doc,
+            section,
+            pieces,
+            fits=fits,
+            overlap_units=overlap_units,
+            overlap_items=overlap_items,
+            max_items=max_items,
+            glue=glue,
+            groups=groups,
+        )
+        return [(pieces[i][0], pieces[j][1]) for i, j in groups]
+
+    def pack_indices(
+        self,
+        doc: Document,
+        section: Section,
+        pieces: Sequence[Span],
+        *,
+        fits: Fits | None = None,
+        overlap_units: int = 0,
+        overlap_items: int = 0,
+        max_items: int | None = None,
+        glue: Sequence[bool] | None = None,
+        groups: Sequence[tuple[int, int]] = (),
+    ) -> list[tuple[int, int]]:
+        """`pack`, as (first, last) piece indices of each chunk."""
+        if not pieces:
+            return []
+        text = doc.text
+        fits = fits or self.fits_for(doc, section)
+        texts = [text[a:b] for a, b in pieces]
+        if self.counter.name == "model":
+            ucounts = mcounts = self.model_counter.count_many(texts)  # type: ignore[attr-defined]
+        else:
+            ucounts = [self.counter.count(t) for t in texts]
+            mcounts = self.model_counter.count_many(texts)  # type: ignore[attr-defined]
+        ucum, mcum = [0, *accumulate(ucounts)], [0, *accumulate(mcounts)]
+        size, mbudget = self.config.size, self.section_model_budget(doc, section)
+        n = len(pieces)
+        group_end = {first: last for first, last in groups if last > first}
+
+        def estimate(i: int, j: int) -> bool:
+            return ucum[j + 1] - ucum[i] <= size and mcum[j + 1] - mcum[i] <= mbudget
+
+        out: list[tuple[int, int]] = []
+        i = 0
+        while i < n:
+            j = i
+            while j + 1 < n and (max_items is None or j + 2 - i <= max_items) and estimate(i, j + 1):
+                last = group_end.get(j + 1)
+                if last is not None and not estimate(i, last) and estimate(j + 1, last):
+                    break
+                j += 1
+            # the sum is an estimate; the real count decides (BPE can merge across a boundary)
+            while j > i and not fits(pieces[i][0], pieces[j][1]):
+                j -= 1
+            if glue and j + 1 < n and glue[j]:
+                k = j
+                while k > i and glue[k]:
+                    k -= 1
+                if not glue[k]:
+                    j = k
+            out.append((i, j))
+            if j + 1 >= n:
+                break
+            nxt = j + 1
+            if overlap_items > 0:
+                nxt = max(i + 1, j + 1 - overlap_items)
+            elif overlap_units > 0:
+                k = j + 1
+                while k - 1 > i and ucum[j + 1] - ucum[k - 1] <= overlap_units:
+                    k -= 1
+                nxt = k
+            # the overlap must leave room for the next new piece, or the next chunk adds nothing
+            while nxt <= j and not estimate(nxt, j + 1):
+                nxt += 1
+            i = nxt
+        return out
+
 
 # ---------------------------------------------------------------------------------- mechanics
 
 
-def _budget_fits(text: str, cnt: Counter, size: int) -> Callable[[int, int], bool]:
-    def fits(a: int, b: int) -> bool:
-        return cnt.count(text[a:b]) <= size
-
-    return fits
+def strip_span(text: str, a: int, b: int) -> Span:
+    """Shrink a span to exclude leading and trailing whitespace."""
+    while a < b and text[a].isspace():
+        a += 1
+    while b > a and text[b - 1].isspace():
+        b -= 1
+    return a, b
 
 
 def _inside(pos: int, atomic: Sequence[Span]) -> bool:
@@ -150,7 +310,7 @@ def recursive_spans(
     text: str,
     a: int,
     b: int,
-    fits: Callable[[int, int], bool],
+    fits: Fits,
     separators: Sequence[str],
     atomic: Sequence[Span] = (),
 ) -> list[Span]:
@@ -177,7 +337,7 @@ def recursive_spans(
     return _hard_split(text, a, b, fits)
 
 
-def _hard_split(text: str, a: int, b: int, fits: Callable[[int, int], bool]) -> list[Span]:
+def _hard_split(text: str, a: int, b: int, fits: Fits) -> list[Span]:
     """Largest prefixes that fit (binary search), for text with no separator left."""
     out = []
     while a < b:
@@ -191,47 +351,3 @@ def _hard_split(text: str, a: int, b: int, fits: Callable[[int, int], bool]) -> 
         out.append((a, lo))
         a = lo
     return out
-
-
-def merge_spans(
-    text: str,
-    pieces: Sequence[Span],
-    cnt: Counter,
-    size: int,
-    overlap: int = 0,
-) -> list[Span]:
-    """Greedily merge contiguous pieces up to size, sharing about `overlap` units between neighbours."""
-    if not pieces:
-        return []
-    counts = [cnt.count(text[a:b]) for a, b in pieces]
-    out: list[Span] = []
-    i = 0
-    n = len(pieces)
-    while i < n:
-        j = i
-        total = counts[i]
-        while j + 1 < n and total + counts[j + 1] <= size:
-            j += 1
-            total += counts[j]
-        # the sum is an estimate; the real count decides (BPE can merge across a boundary)
-        while j > i and cnt.count(text[pieces[i][0] : pieces[j][1]]) > size:
-            j -= 1
-        out.append((pieces[i][0], pieces[j][1]))
-        if j + 1 >= n:
-            break
-        nxt = j + 1
-        if overlap > 0:
-            back, k = 0, j
-            while k > i and back + counts[k] <= overlap:
-                back += counts[k]
-                k -= 1
-            nxt = max(k + 1, i + 1)
-            # the overlap must leave room for at least one new piece, or the next chunk adds nothing
-            while nxt <= j and back + counts[j + 1] > size:
-                back -= counts[nxt]
-                nxt += 1
-        i = nxt
-    return out
-
-
-_WS = re.compile(r"\s+")

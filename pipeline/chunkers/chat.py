@@ -1,0 +1,47 @@
+"""Chat logs and transcripts: speaker turns grouped up to `max_turns` and the budget, overlap in turns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.chunkers.base import Chunker, Span, strip_span
+from pipeline.normalize import _TURN, Document, Section, chat_turns
+
+
+class ChatChunker(Chunker):
+    """A turn is never cut while it fits; a turn over budget is cut like recursive text."""
+
+    kind = "chat"
+
+    def turns(self, doc: Document, section: Section) -> list[Span]:
+        """Contiguous turn spans of the section; text before the first turn is a turn of its own."""
+        starts = [s for s in chat_turns(doc.text, section.start, section.end) if s > section.start]
+        bounds = [section.start, *starts, section.end]
+        return [(x, y) for x, y in zip(bounds, bounds[1:], strict=False) if y > x]
+
+    def split(self, doc: Document, section: Section) -> list[Span]:
+        text = doc.text
+        fits = self.fits_for(doc, section)
+        pieces: list[Span] = []
+        for x, y in self.turns(doc, section):
+            x, y = strip_span(text, x, y)
+            if y <= x:
+                continue
+            if fits(x, y):
+                pieces.append((x, y))
+            else:
+                pieces += [strip_span(text, p, q) for p, q in self.pieces_for(doc, section, x, y, fits)]
+        pieces = [(x, y) for x, y in pieces if y > x]
+        return self.pack(
+            doc,
+            section,
+            pieces,
+            fits=fits,
+            max_items=self.config.max_turns,
+            overlap_items=self.config.overlap,
+        )
+
+    def metadata_for(self, doc: Document, section: Section, span: Span) -> dict[str, Any]:
+        """The speakers in the chunk, in order of first appearance."""
+        speakers = [m.group(1).strip() for m in _TURN.finditer(doc.text, span[0], span[1])]
+        return {"speakers": list(dict.fromkeys(speakers))} if speakers else {}

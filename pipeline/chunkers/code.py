@@ -1,0 +1,203 @@
+"""Code: cut at syntax-tree boundaries (tree-sitter), embed each piece with its file's imports and scope.
+
+normalize makes each top-level definition a section. Inside one, a span that is over budget is cut at the
+line starts of its syntax nodes (class header | method | method ...), descending the tree only where a
+piece is still too big; a leaf that is still too big (a long string, a huge expression) is cut by lines.
+The pieces are then packed greedily; a class header, a decorator or a comment is glued to what follows.
+
+What the model embeds is prefixed, never the stored span, with the file name, its imports and the
+signatures of the enclosing class (and function, for a piece of an oversized one), within
+`context_tokens` word pieces, so a method chunk still says where it lives and what it uses.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from pipeline.chunkers.base import Chunker, Fits, Span, recursive_spans, strip_span
+from pipeline.normalize import CODE_DEFS, Document, Section, parse_tree
+
+#: Separators for a leaf node (or a non-code document) that is still over budget: lines first.
+CODE_SEPARATORS = ("\n\n", "\n", " ", "")
+
+#: Top-level statements that are the file's imports, per grammar.
+IMPORTS: dict[str, set[str]] = {
+    "python": {"import_statement", "import_from_statement", "future_import_statement"},
+    "javascript": {"import_statement"},
+    "typescript": {"import_statement"},
+    "tsx": {"import_statement"},
+    "go": {"package_clause", "import_declaration"},
+    "rust": {"use_declaration", "extern_crate_declaration"},
+    "java": {"package_declaration", "import_declaration"},
+}
+
+#: Nodes whose first line is a signature worth repeating for the code inside them.
+SCOPES: dict[str, set[str]] = {
+    "python": {"class_definition", "function_definition"},
+    "javascript": {"class_declaration", "class", "function_declaration", "method_definition",
+                   "generator_function_declaration"},
+    "typescript": {"class_declaration", "abstract_class_declaration", "interface_declaration",
+                   "function_declaration", "method_definition", "enum_declaration", "module"},
+    "go": {"type_declaration", "function_declaration", "method_declaration"},
+    "rust": {"impl_item", "trait_item", "struct_item", "enum_item", "mod_item", "function_item"},
+    "java": {"class_declaration", "interface_declaration", "enum_declaration", "record_declaration",
+             "method_declaration", "constructor_declaration"},
+}  # fmt: skip
+SCOPES["tsx"] = SCOPES["typescript"]
+
+_GLUE_LINE = re.compile(r"^\s*(?:#|//|/\*|\*|@|///|--)")
+
+
+class _Parsed:
+    """One parse of a file: the tree, offset maps, imports, and scope contexts computed on demand."""
+
+    def __init__(self, text: str, lang: str) -> None:
+        self.text, self.lang = text, lang
+        self.tree, data, self.b2c = parse_tree(text, lang)
+        if len(data) == len(text):
+            self.c2b: Callable[[int], int] = lambda c: c
+        else:
+            cum = [0]
+            for ch in text:
+                cum.append(cum[-1] + len(ch.encode("utf-8")))
+            self.c2b = cum.__getitem__
+        wanted = IMPORTS.get(lang, set())
+        self.imports = [
+            (self.start(n), " ".join(text[self.start(n) : self.end(n)].split()))
+            for n in self.tree.root_node.children
+            if n.type in wanted
+        ]
+        self.scopes: dict[int, list[str]] = {}
+
+    def start(self, node) -> int:
+        return self.b2c(node.start_byte)
+
+    def end(self, node) -> int:
+        return self.b2c(node.end_byte)
+
+    def signatures(self, pos: int) -> list[str]:
+        """First lines of the scopes (class, function) that enclose `pos` and start before it."""
+        if pos in self.scopes:
+            return self.scopes[pos]
+        b = self.c2b(pos)
+        node = self.tree.root_node.descendant_for_byte_range(b, b)
+        kinds = SCOPES.get(self.lang, set())
+        sigs: list[str] = []
+        while node is not None:
+            if node.type in kinds and node.start_byte < b:
+                s = self.start(node)
+                e = self.text.find("\n", s)
+                sigs.append(self.text[s : e if e >= 0 else len(self.text)].strip()[:160])
+            node = node.parent
+        self.scopes[pos] = sigs[::-1]
+        return self.scopes[pos]
+
+
+class CodeChunker(Chunker):
+    """Syntax-tree pieces packed up to the budget; the embedded text knows imports and enclosing scope."""
+
+    kind = "code"
+    context_tokens: ClassVar[int] = 64
+
+    def __init__(self, config: Any, **kw: Any) -> None:
+        super().__init__(config, **kw)
+        self._cache: OrderedDict[tuple[int, str], _Parsed] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def parsed(self, doc: Document) -> _Parsed | None:
+        """The syntax tree of a code document (parsed once, a few kept), or None for other text."""
+        lang = doc.language or ""
+        if doc.doc_type != "code" or lang not in CODE_DEFS:
+            return None
+        key = (id(doc.text), lang)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit.text is doc.text:
+                return hit
+        p = _Parsed(doc.text, lang)
+        with self._lock:
+            self._cache[key] = p
+            while len(self._cache) > 4:
+                self._cache.popitem(last=False)
+        return p
+
+    # ------------------------------------------------------------------------------------ split
+
+    def split(self, doc: Document, section: Section) -> list[Span]:
+        fits = self.fits_for(doc, section)
+        p = self.parsed(doc)
+        if p is None:
+            pieces = recursive_spans(doc.text, section.start, section.end, fits, CODE_SEPARATORS)
+            return self.pack(doc, section, pieces, fits=fits)
+        a, b = section.start, section.end
+        nodes = [n for n in p.tree.root_node.children if p.end(n) > a and p.start(n) < b]
+        pieces: list[Span] = []
+        for x, y in self._cut(p, a, b, nodes, fits):
+            x, y = strip_span(doc.text, x, y)
+            if y > x:
+                pieces.append((x, y))
+        glue = [self._sticky(doc.text, x, y) for x, y in pieces]
+        return self.pack(doc, section, pieces, fits=fits, glue=glue)
+
+    def _cut(self, p: _Parsed, a: int, b: int, nodes: list, fits: Fits) -> list[Span]:
+        """Pieces of [a, b) at the line starts of `nodes`, descending into children where needed."""
+        if fits(a, b):
+            return [(a, b)]
+        text = p.text
+        cuts = sorted({ls for n in nodes if a < (ls := _own_line_start(text, p.start(n))) < b})
+        if cuts:
+            bounds = [a, *cuts, b]
+            out: list[Span] = []
+            for x, y in zip(bounds, bounds[1:], strict=False):
+                out += self._cut(p, x, y, [n for n in nodes if x <= p.start(n) < y], fits)
+            return out
+        children = [c for n in nodes for c in n.children if a <= p.start(c) < b]
+        if children:
+            return self._cut(p, a, b, children, fits)
+        return recursive_spans(text, a, b, fits, CODE_SEPARATORS)
+
+    @staticmethod
+    def _sticky(text: str, a: int, b: int) -> bool:
+        """A piece that opens a block, or is only comments/decorators, belongs with the next one."""
+        lines = [ln for ln in text[a:b].split("\n") if ln.strip()]
+        if not lines:
+            return False
+        return lines[-1].rstrip().endswith((":", "{")) or all(_GLUE_LINE.match(ln) for ln in lines)
+
+    # ---------------------------------------------------------------------------------- context
+
+    def context_for(self, doc: Document, section: Section, span: Span) -> str:
+        """File name, then imports (unless in the span) and enclosing signatures, within `context_tokens`."""
+        if not getattr(self.config, "context", False):
+            return ""
+        p = self.parsed(doc)
+        if p is None:
+            return super().context_for(doc, section, span)
+        name = section.heading_path[0] if section.heading_path else doc.title
+        head = [f"# {name}"] if name else []
+        sigs = p.signatures(span[0])
+        budget = self.context_tokens - self.model_counter.count("\n".join(head + sigs))
+        imports: list[str] = []
+        for pos, line in p.imports:
+            if span[0] <= pos < span[1]:  # already in the text itself
+                continue
+            cost = self.model_counter.count(line)
+            if cost > budget:
+                break
+            imports.append(line)
+            budget -= cost
+        return "\n".join(head + imports + sigs)
+
+    def metadata_for(self, doc: Document, section: Section, span: Span) -> dict[str, Any]:
+        """The language, so SQL can filter code chunks by it."""
+        return {"language": doc.language} if doc.doc_type == "code" and doc.language else {}
+
+
+def _own_line_start(text: str, pos: int) -> int:
+    """Start of pos's line if only whitespace precedes pos on it, else -1 (no cut inside a line)."""
+    ls = text.rfind("\n", 0, pos) + 1
+    return ls if not text[ls:pos].strip() else -1

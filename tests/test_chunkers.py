@@ -1,0 +1,289 @@
+"""The chunker contracts, as hypothesis properties over every registered strategy.
+
+For every chunk: text == doc.text[start:end], inside its section, token_count <= size in its unit,
+context + text within the model's input limit, never empty or whitespace-padded. For every section:
+its chunks cover all of its non-whitespace text, and chunking twice gives the same chunks.
+"""
+
+from __future__ import annotations
+
+import zlib
+from contextlib import contextmanager
+from functools import lru_cache
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from pipeline.chunkers import REGISTRY, Chunker
+from pipeline.chunkers.router import Router
+from pipeline.config import _ADAPTER, ChunkerConfig, Profile, strategy_profile
+from pipeline.normalize import Document, Section, parse_code, parse_html, parse_markdown
+from pipeline.tokens import counter, model_max_tokens
+
+UNITS = ("cl100k_base", "o200k_base", "model", "chars", "words")
+KINDS = sorted(REGISTRY)
+PROPS = settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=True,
+)
+
+
+# ------------------------------------------------------------------------------------ contracts
+
+
+def check_contracts(chunker: Chunker, doc: Document) -> None:
+    """Assert every contract for every section of doc."""
+    text, size = doc.text, chunker.config.size
+    unit, model = counter(chunker.config.unit), counter("model")
+    limit = model_max_tokens()
+    first = chunker.chunk_document(doc)
+    assert [i for i, _ in first] == list(range(len(doc.sections)))
+    for i, chunks in first:
+        sec = doc.sections[i]
+        covered = bytearray(sec.end - sec.start)
+        for c in chunks:
+            assert sec.start <= c.start < c.end <= sec.end, (c.start, c.end, sec)
+            assert c.text == text[c.start : c.end]
+            assert c.text.strip() == c.text and c.text, repr(c.text)
+            assert c.token_count == unit.count(c.text) <= size, (c.token_count, size, c.text)
+            assert model.count(c.embed_text) <= limit, (model.count(c.embed_text), c.embed_text)
+            covered[c.start - sec.start : c.end - sec.start] = b"\x01" * (c.end - c.start)
+        missed = [k for k, ch in enumerate(text[sec.start : sec.end]) if not ch.isspace() and not covered[k]]
+        assert not missed, f"uncovered text in section {i}: {text[sec.start + missed[0] :][:40]!r}"
+    assert chunker.chunk_document(doc) == first  # deterministic
+    assert [chunker.chunk(doc, s) for s in doc.sections] == [cs for _, cs in first]
+
+
+@lru_cache(maxsize=256)
+def build(cfg: ChunkerConfig) -> Chunker:
+    return REGISTRY[cfg.kind](cfg)
+
+
+class HashEmbedder:
+    """Stands in for the model in the property tests: the contracts do not depend on what the vectors
+    mean, and the real model on CPU would make 100+ random documents take minutes. The real model is
+    used by the semantic golden tests (test_chunkers_golden.py)."""
+
+    dim = 16
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, texts):
+        self.calls += 1
+        out = np.stack(
+            [
+                np.random.default_rng(zlib.crc32(t.encode("utf-8", "surrogatepass"))).normal(size=16)
+                for t in texts
+            ]
+            or [np.zeros(16)]
+        )[: len(texts)]
+        return (out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)).astype(np.float32)
+
+
+@contextmanager
+def hash_embedder():
+    fake = HashEmbedder()
+    with mock.patch("pipeline.embed.get_embedder", lambda *a, **k: fake):
+        yield fake
+
+
+# ------------------------------------------------------------------------------------ strategies
+
+WORDS = st.sampled_from(
+    [
+        "alpha", "the", "Straße", "über", "naïve", "3.50", "Dr.", "e.g.", "z. B.", "U.S.A.", "长城",
+        "中国古代的军事防御工程", "東京都", "🙂", "x" * 60, "supercalifragilistic" * 4, "|", "-", "#", "`",
+        ":", "Alice:", "Bob:", "def", "return", "(", ")", "{", "}", "«quote»", "\u00e9", "e\u0301",
+    ]
+)  # fmt: skip
+SEPS = st.sampled_from([" ", " ", " ", " ", "\n", "\n\n", ". ", "。", "！", "? ", "\t", "   ", ", "])
+
+
+@st.composite
+def prose(draw, max_size: int = 200) -> str:
+    parts = draw(st.lists(st.tuples(WORDS, SEPS), max_size=max_size))
+    return "".join(a + b for a, b in parts)
+
+
+@st.composite
+def markdown_doc(draw) -> str:
+    word = st.sampled_from(["alpha", "beta", "Straße", "长城", "3.50", "value", "x" * 30])
+    line = st.lists(word, min_size=1, max_size=12).map(" ".join)
+    block = st.one_of(
+        st.tuples(st.integers(1, 4), line).map(lambda t: "#" * t[0] + " " + t[1]),
+        prose(max_size=60),
+        st.lists(line, min_size=1, max_size=30).map(lambda ls: "```py\n" + "\n\n".join(ls) + "\n```"),
+        st.lists(st.tuples(word, line), min_size=1, max_size=40).map(
+            lambda rows: "| key | value |\n| --- | --- |\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
+        ),
+        st.tuples(line, st.lists(line, min_size=1, max_size=12)).map(
+            lambda t: t[0] + ":\n\n" + "\n".join("- " + i for i in t[1])
+        ),
+    )
+    return "\n\n".join(draw(st.lists(block, min_size=1, max_size=8)))
+
+
+@st.composite
+def python_doc(draw) -> str:
+    stmt = st.sampled_from(
+        ["x = 1", "y = compute(x, 'Straße')", "if x:\n        return y", "for i in range(3):\n        pass",
+         "# a comment", "s = '" + "long " * 40 + "'", "items.append({'k': [1, 2, 3]})"]
+    )  # fmt: skip
+
+    def method(name: str, body: list[str]) -> str:
+        return f"    def {name}(self):\n" + "".join(f"        {s}\n" for s in body)
+
+    out = ["import os\nfrom typing import Any\n"]
+    for c in range(draw(st.integers(0, 2))):
+        methods = draw(st.lists(st.lists(stmt, min_size=1, max_size=20), min_size=1, max_size=6))
+        out.append(f"class C{c}(Base):\n" + "\n".join(method(f"m{k}", b) for k, b in enumerate(methods)))
+    for f in range(draw(st.integers(0, 3))):
+        body = draw(st.lists(stmt, min_size=1, max_size=30))
+        out.append(
+            f"def f{f}(a, b):\n" + "".join(f"    {s.replace(chr(10) + '    ', chr(10))}\n" for s in body)
+        )
+    return "\n\n".join(out)
+
+
+@st.composite
+def chat_doc(draw) -> str:
+    turns = draw(
+        st.lists(st.tuples(st.sampled_from(["Alice", "Bob", "Carol"]), prose(max_size=40)), max_size=30)
+    )
+    return "\n".join(f"{who}: {what.strip() or 'ok'}" for who, what in turns)
+
+
+@st.composite
+def config(draw, kind: str) -> ChunkerConfig:
+    unit = draw(st.sampled_from(UNITS))
+    size = draw(st.sampled_from([8, 24, 64, 200]))
+    if unit == "chars":
+        size *= 4
+    params: dict = {"kind": kind, "size": size, "unit": unit, "context": draw(st.booleans())}
+    if kind in ("fixed", "recursive", "markdown", "html", "hierarchical"):
+        params["overlap"] = draw(st.integers(0, size // 4))
+    if kind in ("sentence", "semantic"):
+        params["language"] = draw(st.sampled_from(["en", "de", "zh", "xx"]))
+    if kind == "sentence":
+        params["overlap"] = draw(st.integers(0, 2))
+    if kind == "semantic":
+        mode = draw(st.sampled_from(["percentile", "stddev", "absolute"]))
+        threshold = {"percentile": 80.0, "stddev": 1.0, "absolute": 0.5}[mode]
+        params |= {"mode": mode, "threshold": threshold, "window": draw(st.integers(1, 2))}
+        params["min_size"] = draw(st.integers(0, size // 2))
+    if kind == "chat":
+        params["max_turns"] = draw(st.integers(1, 5))
+        params["overlap"] = draw(st.integers(0, 2))
+    return _ADAPTER.validate_python(params)
+
+
+def _doc(text: str, doc_type: str, sections: list[Section] | None = None, language: str | None = None):
+    return Document(
+        uri="memory:",
+        doc_type=doc_type,
+        text=text,
+        sections=sections or [Section(0, len(text))],
+        language=language,
+        title="A title",
+    )
+
+
+# ------------------------------------------------------------------------------- the properties
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@PROPS
+@given(data=st.data())
+def test_contracts_on_prose(kind, data):
+    text = data.draw(prose())
+    cfg = data.draw(config(kind))
+    with hash_embedder():
+        check_contracts(build(cfg), _doc(text, "text"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@PROPS
+@given(data=st.data())
+def test_contracts_on_markdown(kind, data):
+    text = data.draw(markdown_doc())
+    sections, title = parse_markdown(text)
+    sections = [s for s in sections if text[s.start : s.end].strip()]
+    assume(sections)
+    cfg = data.draw(config(kind))
+    with hash_embedder():
+        check_contracts(build(cfg), _doc(text, "markdown", sections))
+
+
+@pytest.mark.parametrize("kind", ["code", "recursive", "fixed"])
+@PROPS
+@given(data=st.data())
+def test_contracts_on_code(kind, data):
+    text = data.draw(python_doc())
+    cfg = data.draw(config(kind))
+    check_contracts(build(cfg), _doc(text, "code", parse_code(text, "python", "m.py"), "python"))
+
+
+@pytest.mark.parametrize("kind", ["chat", "sentence"])
+@PROPS
+@given(data=st.data())
+def test_contracts_on_chat(kind, data):
+    text = data.draw(chat_doc())
+    assume(text.strip())
+    check_contracts(build(data.draw(config(kind))), _doc(text, "chat"))
+
+
+def test_contracts_on_html_for_every_kind():
+    html = (
+        "<h1>T</h1><p>" + "word " * 300 + "</p><table>"
+        + "".join(f"<tr><td>r{i}</td><td>{'cell ' * 8}</td></tr>" for i in range(60))
+        + "</table><pre>" + "\n".join("line " * 12 for _ in range(40)) + "</pre>"
+    )  # fmt: skip
+    text, sections, title = parse_html(html)
+    doc = _doc(text, "html", sections)
+    with hash_embedder():
+        for kind in KINDS:
+            for size in (32, 200):
+                check_contracts(build(_ADAPTER.validate_python({"kind": kind, "size": size})), doc)
+
+
+# ------------------------------------------------------------------------------ registry/router
+
+
+def test_every_config_kind_is_registered_and_selectable():
+    kinds = {m.model_fields["kind"].default for m in ChunkerConfig.__origin__.__args__}  # type: ignore[attr-defined]
+    assert kinds == set(REGISTRY)
+    for kind in kinds:
+        prof = strategy_profile(kind, size=100)
+        chunker = Router(prof).chunker_for("text")
+        assert chunker.kind == kind and chunker.config.size == 100
+
+
+def test_profile_defaults_follow_the_practical_defaults():
+    p = Profile()
+    kinds = {t: Router(p).chunker_for(t).kind for t in ("markdown", "html", "text", "code", "chat")}
+    assert kinds == {
+        "markdown": "markdown",
+        "html": "html",
+        "text": "recursive",
+        "code": "code",
+        "chat": "chat",
+    }
+    assert p.markdown.size == p.html.size == 512 and p.markdown.overlap == p.html.overlap == 0
+    assert p.text.overlap * 10 == p.text.size  # ~10% overlap for prose
+    assert 256 <= p.code.size <= 512
+    assert 3 <= p.chat.max_turns <= 5
+
+
+def test_hierarchical_parent_size_decides_sections():
+    from pipeline.config import HierarchicalConfig
+
+    p = Profile(text=HierarchicalConfig(size=128, parent_size=512))
+    assert p.section_tokens_for("text") == 512
+    assert p.section_tokens_for("markdown") == p.section_tokens
+    assert p.fingerprint_for("text") != Profile(text=HierarchicalConfig(size=128)).fingerprint_for("text")
