@@ -191,7 +191,7 @@ def test_chunkyard_eval_end_to_end(settings, tmp_path):
         app,
         [
             "eval", "--corpora", str(FIXTURE / "corpora"), "--questions", str(FIXTURE / "questions.csv"),
-            "-s", "recursive:size=48,overlap=0,context=false,label=small", "-s", "default:as=text",
+            "-s", "recursive:size=48,overlap=0,context=false,label=small", "-s", "default:as=text,label=default",
             "-k", "2", "--hybrid", "-o", str(out), "--per-corpus",
         ],
     )  # fmt: skip
