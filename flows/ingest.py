@@ -1,87 +1,43 @@
-"""The ingest flow: discover, one task per batch of files, prune, ledger."""
+"""The ingest flow: files and folders into one collection, vanished files pruned, one task per batch."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from prefect import flow, task
-from prefect.cache_policies import NO_CACHE
+from prefect import flow
+from prefect.states import State
+from pydantic import Field
 
+from flows.common import BATCH_BYTES, CollectionName, ingest_files
+from flows.runners import settings_task_runner
 from pipeline import ingest as stages
-from pipeline.config import Profile, Settings
-from pipeline.errors import TransientError
+from pipeline.config import Profile
 
 
-def _transient(task, task_run, state) -> bool:
-    """Retry only transient failures (connection, serialization); never bad input."""
-    try:
-        state.result()
-    except TransientError:
-        return True
-    except Exception:
-        return False
-    return False
-
-
-@task(
-    name="ingest-batch",
-    cache_policy=NO_CACHE,
-    retries=3,
-    retry_delay_seconds=[1, 5, 15],
-    retry_condition_fn=_transient,
-)
-def ingest_batch_task(ctx: stages.RunContext, paths: list[str]) -> dict:
-    """One batch of files through load..store; returns the batch's stats as JSON."""
-    return stages.ingest_batch(ctx, paths).to_json()
-
-
-@task(
-    name="prune",
-    cache_policy=NO_CACHE,
-    retries=3,
-    retry_delay_seconds=[1, 5, 15],
-    retry_condition_fn=_transient,
-)
-def prune_task(ctx: stages.RunContext, roots: list[str], seen: list[str], soft: bool) -> dict:
-    return stages.prune_missing(ctx, roots, set(seen), soft=soft).to_json()
-
-
-@flow(name="chunkyard-ingest", log_prints=False, validate_parameters=True)
+@flow(name="chunkyard-ingest", log_prints=False, validate_parameters=True, task_runner=settings_task_runner())
 def ingest_flow(
-    paths: list[str],
-    collection: str = "default",
-    profile: dict | None = None,
+    paths: Annotated[list[str], Field(min_length=1)],
+    collection: CollectionName = "default",
+    profile: Profile | None = None,
     dry_run: bool = False,
     prune: bool = True,
     soft_delete: bool = False,
-) -> dict:
-    """Ingest files and folders into one collection; returns stats JSON with run_id and status."""
-    settings = Settings()
-    prof = Profile.model_validate(profile or {})
-    batches, stats, roots = stages.plan_batches([Path(p) for p in paths], settings.files_per_batch)
-    ctx, conn = stages.begin_run(
-        settings=settings,
+    files_per_batch: Annotated[int, Field(ge=1)] | None = None,
+    batch_bytes: Annotated[int, Field(ge=1024)] | None = BATCH_BYTES,
+) -> dict | State:
+    """Ingest files and folders into one collection; Failed (with the summary) when any file failed."""
+    batches, pre, roots = stages.plan_batches([Path(p) for p in paths], 1)
+    return ingest_files(
+        [p for b in batches for p in b],
+        kind="ingest",
         collection=collection,
-        profile=prof,
-        dry_run=dry_run,
+        profile=profile or Profile(),
+        pre=pre,
         params={"paths": paths, "dry_run": dry_run, "flow": "ingest"},
+        prune_roots=roots if prune else None,
+        soft_delete=soft_delete,
+        dry_run=dry_run,
+        files_per_batch=files_per_batch,
+        batch_bytes=batch_bytes,
     )
-    try:
-        futures = [ingest_batch_task.submit(ctx, b) for b in batches]
-        for f in futures:
-            stats.merge(stages.Stats.from_json(f.result()))
-        if prune:
-            stats.merge(stages.Stats.from_json(prune_task(ctx, roots, sorted(stats.seen), soft_delete)))
-    except BaseException:
-        if ctx.run_id >= 0:
-            from pipeline import store
-
-            store.finish_run(
-                conn, ctx.run_id, status="crashed", counts=dict(stats.counts), timings=stats.timings
-            )
-        conn.close()
-        raise
-    status = stages.end_run(conn, ctx, stats)
-    out = stats.to_json()
-    out.update(run_id=ctx.run_id, status=status)
-    return out

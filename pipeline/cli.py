@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import unquote, urlparse
@@ -127,15 +128,19 @@ def _run_with_progress(
     try:
         with progress:
             if use_prefect:
+                from flows.common import outcome
                 from flows.ingest import ingest_flow
 
-                result = ingest_flow(
-                    paths=paths,
-                    collection=collection,
-                    profile=profile.as_json(),
-                    dry_run=dry_run,
-                    prune=prune,
-                    soft_delete=soft_delete,
+                result = outcome(  # a run with failed files ends Failed; its summary is still the result
+                    ingest_flow(
+                        paths=paths,
+                        collection=collection,
+                        profile=profile.as_json(),
+                        dry_run=dry_run,
+                        prune=prune,
+                        soft_delete=soft_delete,
+                        return_state=True,
+                    )
                 )
             else:
                 stats, run_id, status = stages.run_ingest(
@@ -404,6 +409,184 @@ def eval_(
         out.print("\n" + ev.per_corpus_table(doc["results"]), highlight=False, markup=False, soft_wrap=True)
     plot_line = png or "skipped (matplotlib missing: pip install 'chunkyard[eval]')"
     out.print(f"\nfigures: {js}\nplot: {plot_line}", highlight=False)
+
+
+# ------------------------------------------------------------------- flows: backfill, reindex, prune, serve
+
+_Workers = Annotated[
+    int, typer.Option(min=0, help="Local Dask worker processes (0: threads here; CHUNKYARD_DASK_WORKERS).")
+]
+_DaskAddress = Annotated[
+    str | None, typer.Option(help="Dask scheduler to run tasks on, tcp://host:8786 (CHUNKYARD_DASK_ADDRESS).")
+]
+
+
+def _run_flow(name: str, params: dict, *, workers: int, dask_address: str | None, quiet: bool) -> dict:
+    """Run a flow here with a files progress bar; its runs show in the UI when PREFECT_API_URL is set."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from flows.common import set_progress
+    from flows.run import run_flow
+
+    progress = Progress(
+        TextColumn("{task.description:>10}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet or not err.is_terminal and not os.environ.get("CHUNKYARD_PROGRESS"),
+    )
+    bar = progress.add_task("files", total=None)
+
+    def report(k: int, total: int | None) -> None:
+        if total is not None:
+            progress.update(bar, total=total)
+        progress.advance(bar, k)
+
+    set_progress(report)
+    try:
+        with progress:
+            result = run_flow(name, params, workers=workers, address=dask_address)
+    finally:
+        set_progress(None)
+    for uri, msg in result.get("warnings", []):
+        err.print(f"[yellow]warning[/]: {show_path(uri)}: {msg}", highlight=False)
+    for uri, stage, msg in result.get("errors", []):
+        err.print(f"[red]error[/]: {show_path(uri)}: {msg} [dim](stage {stage})[/]", highlight=False)
+    if os.environ.get("PREFECT_API_URL") and not quiet:
+        err.print(f"flow run {result['flow_run_id']} on {os.environ['PREFECT_API_URL']}", highlight=False)
+    return result
+
+
+def _finish(result: dict, as_json: bool) -> None:
+    if as_json:
+        out.print_json(json.dumps(result, default=str))
+    else:
+        _print_summary(result)
+    raise typer.Exit(EXIT_FAILED_FILES if result["errors"] else EXIT_OK)
+
+
+@app.command()
+def backfill(
+    sources: Annotated[list[str], typer.Argument(help="Files, folders or glob patterns ('docs/**/*.md').")],
+    collection: Annotated[str, typer.Option("--collection", "-c")] = "default",
+    profile: Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")] = None,
+    strategy: Annotated[str | None, typer.Option(help="One strategy for every document type.")] = None,
+    param: Annotated[
+        list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")
+    ] = None,
+    since: Annotated[datetime | None, typer.Option(help="Only files modified at or after this time.")] = None,
+    until: Annotated[datetime | None, typer.Option(help="Only files modified before this time.")] = None,
+    prune: Annotated[
+        bool, typer.Option(help="Also delete rows of files gone from these folders (no globs, no dates).")
+    ] = False,
+    files_per_batch: Annotated[int | None, typer.Option(min=1, help="Most files per task.")] = None,
+    batch_bytes: Annotated[int | None, typer.Option(min=1024, help="About this many bytes per task.")] = None,
+    workers: _Workers = 0,
+    dask_address: _DaskAddress = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
+) -> None:
+    """Ingest many sources as one Prefect run; run it again after an interruption and it does only the rest."""
+    from flows.common import BATCH_BYTES
+
+    params = {
+        "sources": sources,
+        "collection": collection,
+        "profile": _profile(profile, strategy, param).as_json(),
+        "modified_since": since,
+        "modified_until": until,
+        "prune": prune,
+        "files_per_batch": files_per_batch,
+        "batch_bytes": batch_bytes or BATCH_BYTES,
+    }
+    _finish(_run_flow("backfill", params, workers=workers, dask_address=dask_address, quiet=as_json), as_json)
+
+
+@app.command()
+def reindex(
+    collection: Annotated[str, typer.Option("--collection", "-c", help="The collection to redo.")],
+    profile: Annotated[
+        Path | None, typer.Option(help="New chunking profile (TOML); default: stored.")
+    ] = None,
+    strategy: Annotated[str | None, typer.Option(help="One strategy for every document type.")] = None,
+    param: Annotated[
+        list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")
+    ] = None,
+    workers: _Workers = 0,
+    dask_address: _DaskAddress = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
+) -> None:
+    """Re-chunk and re-embed a collection from its source files after a profile or CHUNKYARD_MODEL change."""
+    prof = _profile(profile, strategy, param) if (profile or strategy) else None
+    params = {"collection": collection, "profile": prof.as_json() if prof else None}
+    _finish(_run_flow("reindex", params, workers=workers, dask_address=dask_address, quiet=as_json), as_json)
+
+
+@app.command("prune")
+def prune_cmd(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Only documents under these paths (default: all).")
+    ] = None,
+    collection: Annotated[str, typer.Option("--collection", "-c")] = "default",
+    soft: Annotated[bool, typer.Option(help="Mark deleted instead of deleting.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
+) -> None:
+    """Delete the rows of documents whose source files are gone."""
+    params = {"collection": collection, "paths": [str(p) for p in paths or []], "soft": soft}
+    _finish(_run_flow("prune", params, workers=0, dask_address=None, quiet=as_json), as_json)
+
+
+@app.command()
+def serve(
+    paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders to re-ingest.")] = None,
+    collection: Annotated[str, typer.Option("--collection", "-c")] = "default",
+    every: Annotated[str | None, typer.Option(help="Interval: 30s, 15m, 1h30m, 1d.")] = None,
+    cron: Annotated[str | None, typer.Option(help="Cron schedule, e.g. '*/15 * * * *'.")] = None,
+    name: Annotated[str | None, typer.Option(help="Deployment name (default ingest-COLLECTION).")] = None,
+    sources: Annotated[
+        Path | None, typer.Option(help="TOML file of [[source]] tables (paths, collection, every|cron).")
+    ] = None,
+    profile: Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")] = None,
+    strategy: Annotated[str | None, typer.Option(help="One strategy for every document type.")] = None,
+    param: Annotated[
+        list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")
+    ] = None,
+    prune: Annotated[bool, typer.Option(help="Delete rows of files gone from the folders.")] = True,
+    workers: _Workers = 0,
+    dask_address: _DaskAddress = None,
+) -> None:
+    """Re-ingest sources on a schedule (`chunkyard serve ./docs --every 15m`) until interrupted."""
+    from pydantic import ValidationError
+
+    from flows import serve as scheduling
+    from flows.runners import task_runner
+
+    if sources is not None:
+        if paths:
+            raise ConfigError("give paths or --sources, not both")
+        schedules = scheduling.load_schedules(sources)
+    elif not paths:
+        raise ConfigError("nothing to serve: give paths (with --every or --cron) or --sources FILE")
+    else:
+        try:
+            schedules = [
+                scheduling.Schedule(
+                    paths=[str(p) for p in paths],
+                    collection=collection,
+                    every=every,
+                    cron=cron,
+                    prune=prune,
+                    name=name,
+                )
+            ]
+        except ValidationError as exc:
+            raise ConfigError("; ".join(e["msg"] for e in exc.errors())) from exc
+    prof = _profile(profile, strategy, param) if (profile or strategy) else None
+    s = Settings()
+    runner = None
+    if workers or dask_address or s.dask_workers or s.dask_address:
+        runner = task_runner(workers=workers or s.dask_workers, address=dask_address or s.dask_address)
+    scheduling.serve(schedules, task_runner=runner, profile=prof)
 
 
 # ---------------------------------------------------------------------------------------------- db

@@ -36,6 +36,12 @@ class Settings(BaseSettings):
     device: str | None = Field(default=None, description="torch device for embedding; None = auto.")
     embed_batch_size: int = Field(default=64, ge=1)
     files_per_batch: int = Field(default=32, ge=1, description="Files per flow task.")
+    dask_address: str | None = Field(
+        default=None, description="Dask scheduler (tcp://host:8786) that runs flow tasks; unset = local."
+    )
+    dask_workers: int = Field(
+        default=0, ge=0, description="Local Dask worker processes for flow tasks; 0 = threads, no Dask."
+    )
     collection: str = "default"
 
     @property

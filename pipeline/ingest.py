@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
@@ -228,13 +229,7 @@ def ingest_batch(ctx: RunContext, paths: Sequence[str]) -> Stats:
                     stats.counts["documents_failed"] += 1
                     _report("load")
                     continue
-                old = stored.get(src.uri)
-                if (
-                    old
-                    and not old.deleted
-                    and old.content_hash == _raw_hash(data)
-                    and old.chunk_key == router.fingerprint(old.doc_type)
-                ):
+                if is_unchanged(stored.get(src.uri), data, router):
                     stats.counts["documents_unchanged"] += 1
                     _report("load")
                     continue
@@ -330,8 +325,21 @@ def ingest_batch(ctx: RunContext, paths: Sequence[str]) -> Stats:
                     raise TransientError(
                         f"database connection lost while storing {w.src.uri}: {exc}"
                     ) from exc
+                except psycopg.IntegrityError as exc:  # e.g. a chunker bug: this document only, rolled back
+                    stats.errors.append((w.src.uri, "store", f"rejected by the database: {exc}".strip()))
+                    stats.counts["documents_failed"] += 1
                 _report("store")
     return stats
+
+
+def is_unchanged(old: store.StoredDocument | None, data: bytes, router: Router) -> bool:
+    """Same bytes and same chunk settings as stored: the one rule for skipping a file unparsed."""
+    return bool(
+        old
+        and not old.deleted
+        and old.content_hash == _raw_hash(data)
+        and old.chunk_key == router.fingerprint(old.doc_type)
+    )
 
 
 def _raw_hash(data: bytes) -> str:
@@ -443,3 +451,141 @@ def run_ingest(
         raise
     status = end_run(conn, ctx, stats)
     return stats, ctx.run_id, status
+
+
+# ------------------------------------------------------------ for flows: sources, batches, resume, prune
+
+
+def expand_sources(sources: Sequence[str]) -> tuple[list[str], Stats]:
+    """Paths and glob patterns (`docs/**/*.md`) as paths; a pattern that matches nothing is an error."""
+    import glob
+    import os
+
+    paths: list[str] = []
+    stats = Stats()
+    for s in sources:
+        if not any(c in s for c in "*?["):
+            paths.append(s)
+            continue
+        hits = sorted(glob.glob(os.path.expanduser(s), recursive=True))
+        if not hits:
+            stats.errors.append((s, "discover", "no files match this pattern"))
+            stats.counts["documents_failed"] += 1
+        paths += hits
+    return paths, stats
+
+
+def filter_modified(
+    paths: Sequence[str], *, since: datetime | None = None, until: datetime | None = None
+) -> list[str]:
+    """Files last modified in [since, until): a backfill over a date range."""
+    if since is None and until is None:
+        return list(paths)
+    lo = since.timestamp() if since else float("-inf")
+    hi = until.timestamp() if until else float("inf")
+    out = []
+    for p in paths:
+        try:
+            mtime = Path(p).lstat().st_mtime
+        except OSError:
+            out.append(p)  # let the load stage report it
+            continue
+        if lo <= mtime < hi:
+            out.append(p)
+    return out
+
+
+def cut_batches(paths: Sequence[str], *, max_files: int, max_bytes: int | None = None) -> list[list[str]]:
+    """Batches of at most max_files files and about max_bytes bytes, biggest first: big ones start early."""
+    if max_bytes is None:
+        return [list(paths[i : i + max_files]) for i in range(0, len(paths), max_files)]
+
+    def size(p: str) -> int:
+        try:
+            return Path(p).lstat().st_size
+        except OSError:
+            return 0
+
+    batches: list[list[str]] = []
+    cur: list[str] = []
+    cur_bytes = 0
+    for n, p in sorted(((size(p), p) for p in paths), key=lambda t: (-t[0], t[1])):
+        if cur and (len(cur) >= max_files or cur_bytes + n > max_bytes):
+            batches.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(p)
+        cur_bytes += n
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def split_done(ctx: RunContext, paths: Sequence[str]) -> tuple[list[str], Stats]:
+    """Files still to do, and stats for those stored unchanged (what a resumed backfill need not redo)."""
+    stats = Stats()
+    if ctx.collection_id < 0:
+        return list(paths), stats
+    router = Router(Profile.model_validate(ctx.profile), model=ctx.model)
+    by_uri = {source_uri(Path(p)): p for p in paths}
+    with db.connection(ctx.url) as conn:
+        stored = store.stored_documents(conn, ctx.collection_id, list(by_uri))
+    todo = []
+    for uri, p in by_uri.items():
+        old = stored.get(uri)
+        if old is not None:
+            try:
+                data = Path(p).read_bytes()
+            except OSError:
+                todo.append(p)  # the batch reports why
+                continue
+            if is_unchanged(old, data, router):
+                stats.seen.add(uri)
+                stats.counts["documents_seen"] += 1
+                stats.counts["documents_unchanged"] += 1
+                continue
+        todo.append(p)
+    return todo, stats
+
+
+def uri_path(uri: str) -> Path | None:
+    """The local path of a file URI; None for any other kind of source."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    u = urlparse(uri)
+    return Path(url2pathname(u.path)) if u.scheme == "file" else None
+
+
+def collection_sources(settings: Settings, collection: str) -> tuple[Profile, list[str]]:
+    """A collection's stored profile and its live documents' source URIs (what a reindex re-reads)."""
+    from pipeline.config import profile_from_dict
+    from pipeline.errors import ConfigError
+
+    with db.connection(db.database_url(settings)) as conn:
+        coll = store.get_collection(conn, collection)
+        if coll is None:
+            raise ConfigError(
+                f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first"
+            )
+        uris = store.source_uris(conn, coll.id)
+    return profile_from_dict(coll.profile, origin=f"collection {collection} profile"), uris
+
+
+def prune_vanished(ctx: RunContext, *, roots: Sequence[str] = (), soft: bool = False) -> Stats:
+    """Delete rows of documents whose source file is gone (only under `roots` when given)."""
+    import os
+
+    stats = Stats()
+    if ctx.dry_run or ctx.collection_id < 0:
+        return stats
+    prefixes = [r.rstrip("/") + "/" for r in roots]
+    with stats.timed("prune"), db.connection(ctx.url) as conn:
+        live = store.source_uris(conn, ctx.collection_id)
+        under = [u for u in live if not roots or u in roots or u.startswith(tuple(prefixes))]
+        gone = [u for u in under if (p := uri_path(u)) is not None and not os.path.lexists(p)]
+        n_docs, n_chunks = store.prune(
+            conn, ctx.collection_id, roots=gone, seen=set(live) - set(gone), soft=soft
+        )
+    stats.counts["documents_deleted"] += n_docs
+    stats.counts["chunks_deleted"] += n_chunks
+    return stats

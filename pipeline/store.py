@@ -179,6 +179,16 @@ def stored_documents(
     return {r[0]: StoredDocument(*r[1:]) for r in rows}
 
 
+def source_uris(conn: psycopg.Connection, collection_id: int) -> list[str]:
+    """Source URIs of a collection's live documents: what a reindex re-reads and a prune checks."""
+    rows = conn.execute(
+        "SELECT source_uri FROM documents WHERE collection_id = %s AND deleted_at IS NULL ORDER BY source_uri",
+        (collection_id,),
+    ).fetchall()
+    conn.commit()
+    return [r[0] for r in rows]
+
+
 def stored_sections(conn: psycopg.Connection, document_ids: Sequence[int]) -> dict[int, list[StoredSection]]:
     rows = conn.execute(
         """SELECT s.document_id, s.id, s.fingerprint, s.char_start,

@@ -1,0 +1,48 @@
+"""Run a flow from the CLI or a script: ephemeral Prefect, or the server at PREFECT_API_URL; any runner."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from typing import Any
+
+from flows.common import outcome
+from flows.runners import task_runner
+from pipeline.config import Settings
+
+log = logging.getLogger(__name__)
+
+#: Flow name -> "module:attribute".
+FLOWS = {
+    "ingest": "flows.ingest:ingest_flow",
+    "backfill": "flows.backfill:backfill_flow",
+    "reindex": "flows.reindex:reindex_flow",
+    "prune": "flows.prune:prune_flow",
+}
+
+
+def get_flow(name: str) -> Any:
+    """The flow object by its short name (imported on demand: Prefect is slow to import)."""
+    module, attr = FLOWS[name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def run_flow(name: str, params: dict, *, workers: int = 0, address: str | None = None) -> dict:
+    """Run a flow here and return its summary (also when files failed: the state is Failed, not raised)."""
+    settings = Settings()
+    workers = workers or settings.dask_workers
+    address = address or settings.dask_address or None
+    if address and not os.environ.get("PREFECT_API_URL"):
+        log.warning(
+            "tasks on the Dask cluster at %s cannot reach this process's temporary Prefect server; "
+            "set PREFECT_API_URL to a Prefect server they can reach to see their task runs",
+            address,
+        )
+    flow = get_flow(name)
+    if workers or address:
+        flow = flow.with_options(task_runner=task_runner(workers=workers, address=address))
+    state = flow(**params, return_state=True)
+    result = outcome(state)
+    result["flow_run_id"] = str(state.state_details.flow_run_id)
+    return result
