@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pipeline.chunkers.base import Chunker, Fits, Span
+from pipeline.chunkers.base import Chunker, Fits, Span, strip_span
 from pipeline.normalize import Document, Section
 
 _WORD = re.compile(r"\S+")
@@ -16,8 +16,16 @@ class FixedChunker(Chunker):
     kind = "fixed"
 
     def split(self, doc: Document, section: Section) -> list[Span]:
-        bounds, weights = self.units(doc.text, section.start, section.end)
-        return windows(bounds, weights, self.fits_for(doc, section), self.config.size, self.config.overlap)
+        text = doc.text
+        bounds, weights = self.units(text, section.start, section.end)
+        fits = self.fits_for(doc, section)
+
+        def stripped_fits(a: int, b: int) -> bool:
+            # judged as stored: without its outer whitespace (" grated" is one token, "grated" two)
+            x, y = strip_span(text, a, b)
+            return y <= x or fits(x, y)
+
+        return windows(bounds, weights, stripped_fits, self.config.size, self.config.overlap)
 
     def units(self, text: str, a: int, b: int) -> tuple[list[int], list[int]]:
         """A partition of [a, b) into units: boundaries (n + 1 offsets) and each unit's size."""

@@ -3,7 +3,9 @@
 Sentences come from pysbd: rule-based (no model to download), 22 languages including de, zh and ja, and
 it knows abbreviations ("Dr.", "z. B."), decimals ("3.50") and quotes. It runs offline and keeps the text
 as is with `clean=False`; we still map its sentences back by searching forward from a cursor, so a quirk of
-its output can only merge two sentences, never lose text or shift an offset.
+its output can only merge two sentences, never lose text or shift an offset. One repair on top: a
+"sentence" that starts in lower case is joined to the one before (an abbreviation pysbd did not know,
+such as German "Jh.").
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def sentence_spans(text: str, a: int, b: int, *, language: str = "en") -> list[S
         pos = text.find(probe, cursor, b)
         if pos < 0:  # pysbd changed the text: keep this sentence with the one before
             continue
-        if pos > starts[-1]:
+        # "12. Jh. | zurück": a sentence that starts in lower case continues an abbreviation before it
+        if pos > starts[-1] and not probe[0].islower():
             starts.append(pos)
         cursor = pos + len(probe)
     bounds = [*starts, b]
