@@ -35,7 +35,7 @@ def settings_task_runner(settings: Settings | None = None) -> TaskRunner:
     return task_runner(workers=s.dask_workers, address=s.dask_address or None)
 
 
-def local_cluster(n_workers: int) -> Any:
+def local_cluster(n_workers: int, torch_threads: int | None = None) -> Any:
     """Single-threaded worker processes that split the cores for torch and report to this process's API.
 
     Dask pins each worker to 1 OpenMP thread by default, so N workers on N cores each get one; with
@@ -47,7 +47,7 @@ def local_cluster(n_workers: int) -> Any:
     from prefect.client.orchestration import get_client
 
     logging.getLogger("distributed").setLevel(logging.WARNING)
-    per_worker = str(max(1, (os.cpu_count() or 1) // n_workers))
+    per_worker = str(torch_threads or max(1, (os.cpu_count() or 1) // n_workers))
     env = {"OMP_NUM_THREADS": per_worker, "MKL_NUM_THREADS": per_worker, "TOKENIZERS_PARALLELISM": "false"}
     env["PREFECT_API_URL"] = str(get_client(sync_client=True).api_url)
     # A worker takes a new batch only when it is idle: no batch waits behind a long one on a busy worker.
