@@ -287,3 +287,21 @@ def test_hierarchical_parent_size_decides_sections():
     assert p.section_tokens_for("text") == 512
     assert p.section_tokens_for("markdown") == p.section_tokens
     assert p.fingerprint_for("text") != Profile(text=HierarchicalConfig(size=128)).fingerprint_for("text")
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(text=prose(), data=st.data())
+def test_word_pieces_read_off_the_section_are_exact(text, data):
+    """The base counts spans from one tokenization of the section where that is exact: check it is."""
+    assume(text.strip())
+    doc = _doc(text, "text")
+    m = build(_ADAPTER.validate_python({"kind": "recursive"})).measure(doc, doc.sections[0])
+    spans = data.draw(st.lists(st.tuples(st.integers(0, len(text)), st.integers(0, len(text))), max_size=20))
+    snap = data.draw(st.booleans())
+    for a, b in spans:
+        a, b = min(a, b), max(a, b)
+        while snap and 0 < a < len(text) and not text[a - 1].isspace():  # also cuts at word ends
+            a -= 1
+        while snap and b < len(text) and not text[b].isspace():
+            b += 1
+        assert m.model(a, b) == counter("model").count(text[a:b]), (a, b, text[a:b])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import accumulate
 from typing import Any, ClassVar
 
@@ -52,6 +55,7 @@ class Chunker(ABC):
         self.counter: Counter = counter(config.unit, model)
         self.model_counter = counter("model", model)
         self.model_limit = model_max_tokens(model)
+        self._tls = threading.local()  # the Measure of the section being chunked, per thread
 
     @abstractmethod
     def split(self, doc: Document, section: Section) -> list[Span]:
@@ -73,26 +77,29 @@ class Chunker(ABC):
 
     def context(self, doc: Document, section: Section, span: Span) -> str:
         """The context actually embedded: `context_for`, clipped to `context_tokens` word pieces."""
-        return self._clip_context(self.context_for(doc, section, span))
+        ctx = self.context_for(doc, section, span)
+        return _clip(self.model, self.context_tokens, ctx) if ctx else ctx
 
     def chunk(self, doc: Document, section: Section) -> list[Chunk]:
         """Chunks of one section, each within the unit budget and the model's input limit."""
         text = doc.text
-        fits = self.fits_for(doc, section)
+        m = self.measure(doc, section)
         out: list[Chunk] = []
-        for a, b in self.split(doc, section):
-            for s, e in self._enforce(doc, section, a, b, fits):
-                piece = text[s:e]
-                out.append(
-                    Chunk(
-                        s,
-                        e,
-                        piece,
-                        self.counter.count(piece),
-                        self.context(doc, section, (s, e)),
-                        self.metadata_for(doc, section, (s, e)),
+        try:
+            for a, b in self.split(doc, section):
+                for s, e in self._enforce(doc, section, a, b, m.fits):
+                    out.append(
+                        Chunk(
+                            s,
+                            e,
+                            text[s:e],
+                            m.unit(s, e),
+                            self.context(doc, section, (s, e)),
+                            self.metadata_for(doc, section, (s, e)),
+                        )
                     )
-                )
+        finally:
+            self._tls.measure = None
         return out
 
     def chunk_document(self, doc: Document) -> list[tuple[int, list[Chunk]]]:
@@ -108,44 +115,20 @@ class Chunker(ABC):
 
     # ------------------------------------------------------------------------------ size checks
 
+    def measure(self, doc: Document, section: Section) -> Measure:
+        """The span counter of this section (shared by split, packing and enforcement in this thread)."""
+        m = getattr(self._tls, "measure", None)
+        if m is None or m.doc is not doc or m.section is not section:
+            m = self._tls.measure = Measure(self, doc, section)
+        return m
+
     def fits_for(self, doc: Document, section: Section) -> Fits:
         """A test for spans of this section: unit budget, and model limit including their context."""
-        text, size, unit, model = doc.text, self.config.size, self.counter, self.model_counter
-        limit = self.model_limit
-        costs: dict[str, int] = {}
-
-        def model_budget(a: int, b: int) -> int:
-            ctx = self.context(doc, section, (a, b))
-            if ctx not in costs:
-                costs[ctx] = model.count(ctx) + _JOIN_COST if ctx else 0
-            return limit - costs[ctx]
-
-        if unit.name == "model":
-
-            def fits(a: int, b: int) -> bool:
-                return model.count(text[a:b]) <= min(size, model_budget(a, b))
-
-        else:
-
-            def fits(a: int, b: int) -> bool:
-                piece = text[a:b]
-                return unit.count(piece) <= size and model.count(piece) <= model_budget(a, b)
-
-        return fits
+        return self.measure(doc, section).fits
 
     def section_model_budget(self, doc: Document, section: Section) -> int:
         """Model word pieces left for text beside the section's plain context (an estimate for packing)."""
-        ctx = self.context(doc, section, (section.start, section.start))
-        return self.model_limit - (self.model_counter.count(ctx) + _JOIN_COST if ctx else 0)
-
-    def _clip_context(self, ctx: str) -> str:
-        limit = self.context_tokens
-        if not ctx or len(ctx) <= limit or self.model_counter.count(ctx) <= limit:
-            return ctx
-        tok = self.model_counter._tok  # type: ignore[attr-defined]
-        enc = tok(ctx, add_special_tokens=False, return_offsets_mapping=True)
-        cut = enc["offset_mapping"][limit - 1][1]
-        return ctx[:cut].rstrip()
+        return self.measure(doc, section).budget(section.start, section.start)
 
     def _enforce(self, doc: Document, section: Section, a: int, b: int, fits: Fits) -> list[Span]:
         """Stripped spans of [a, b), re-split until each passes `fits` (a lone character always passes)."""
@@ -225,14 +208,11 @@ class Chunker(ABC):
         if not pieces:
             return []
         text = doc.text
-        fits = fits or self.fits_for(doc, section)
-        texts = [text[a:b] for a, b in pieces]
-        if self.counter.name == "model":
-            ucounts = mcounts = self.model_counter.count_many(texts)  # type: ignore[attr-defined]
-        else:
-            ucounts = [self.counter.count(t) for t in texts]
-            mcounts = self.model_counter.count_many(texts)  # type: ignore[attr-defined]
-        ucum, mcum = [0, *accumulate(ucounts)], [0, *accumulate(mcounts)]
+        m = self.measure(doc, section)
+        fits = fits or m.fits
+        m.prefetch_model(pieces)
+        ucum = [0, *accumulate(m.unit(a, b) for a, b in pieces)]
+        mcum = [0, *accumulate(m.model(a, b) for a, b in pieces)]
         size, mbudget = self.config.size, self.section_model_budget(doc, section)
         n = len(pieces)
         group_end = {first: last for first, last in groups if last > first}
@@ -249,8 +229,8 @@ class Chunker(ABC):
                 if last is not None and not estimate(i, last) and estimate(j + 1, last):
                     break
                 j += 1
-            # the sum is an estimate; the real count decides (BPE can merge across a boundary)
-            while j > i and not fits(pieces[i][0], pieces[j][1]):
+            # the sum is an estimate; the real count of the span as it will be stored decides
+            while j > i and not fits(*strip_span(text, pieces[i][0], pieces[j][1])):
                 j -= 1
             if glue and j + 1 < n and glue[j]:
                 k = j
@@ -277,6 +257,120 @@ class Chunker(ABC):
 
 
 # ---------------------------------------------------------------------------------- mechanics
+
+
+class Measure:
+    """Unit and model counts of spans of one section, each span counted once.
+
+    Splitting, packing and enforcement ask about the same spans again and again; the model's word-piece
+    tokenizer is the slowest thing in chunking (see bench/chunkers.py --profile), so nothing is counted
+    twice.
+    """
+
+    def __init__(self, chunker: Chunker, doc: Document, section: Section) -> None:
+        self.chunker, self.doc, self.section, self.text = chunker, doc, section, doc.text
+        self.size = chunker.config.size
+        self._unit_counter, self._model_counter = chunker.counter, chunker.model_counter
+        self._same = chunker.counter.name == "model"
+        # No token of either tokenizer averages 16 characters over a whole span of real text, so a span
+        # longer than this is rejected uncounted (a rejection can only make pieces smaller, never wrong).
+        per_token = 1 if chunker.counter.name == "chars" else 16 if chunker.counter.name != "words" else 64
+        self._reject_chars = max(self.size, chunker.model_limit) * per_token
+        self._unit: dict[Span, int] = {}
+        self._model: dict[Span, int] = {}
+        self._ctx: dict[str, int] = {}
+        self._pieces: tuple[list[int], list[int], list[int | None]] | None | bool = None
+
+    def unit(self, a: int, b: int) -> int:
+        """Size of text[a:b] in the configured unit."""
+        if self._same:
+            return self.model(a, b)
+        n = self._unit.get((a, b))
+        if n is None:
+            n = self._unit[(a, b)] = self._unit_counter.count(self.text[a:b])
+        return n
+
+    def model(self, a: int, b: int) -> int:
+        """Word pieces of text[a:b] (without the model's special tokens)."""
+        n = self._model.get((a, b))
+        if n is None:
+            n = self._from_section(a, b)
+            if n is None:
+                n = self._model_counter.count(self.text[a:b])
+            self._model[(a, b)] = n
+        return n
+
+    def _from_section(self, a: int, b: int) -> int | None:
+        """The count read off the section's own tokenization, where that is exact; else None.
+
+        A BERT tokenizer cuts words at whitespace and punctuation and word-pieces each word on its own,
+        so a span whose ends do not fall inside a word has exactly the pieces of the section that lie
+        inside it. Spans that cut a word (a hard split) are counted for real.
+        """
+        if self._pieces is None:
+            self._pieces = _section_pieces(
+                self._model_counter, self.text, self.section.start, self.section.end
+            )
+        if not self._pieces or a < self.section.start or b > self.section.end:
+            return None
+        starts, ends, words = self._pieces  # type: ignore[misc]
+        i, j = bisect_left(starts, a), bisect_left(starts, b)
+        if (i and ends[i - 1] > a) or (j and ends[j - 1] > b):
+            return None  # a word piece straddles an end
+        n = len(starts)
+        if (0 < i < n and words[i - 1] == words[i]) or (0 < j < n and words[j - 1] == words[j]):
+            return None  # an end falls between two pieces of one word
+        return j - i
+
+    def prefetch_model(self, spans: Sequence[Span]) -> None:
+        """Count the spans not counted yet in one batch call."""
+        todo = [s for s in dict.fromkeys(spans) if s not in self._model]
+        for a, b in todo:
+            n = self._from_section(a, b)
+            if n is not None:
+                self._model[(a, b)] = n
+        todo = [s for s in todo if s not in self._model]
+        if len(todo) > 1:
+            counts = self._model_counter.count_many([self.text[a:b] for a, b in todo])  # type: ignore[attr-defined]
+            self._model.update(zip(todo, counts, strict=True))
+
+    def budget(self, a: int, b: int) -> int:
+        """Word pieces left for the text of span [a, b) once its context is embedded with it."""
+        ctx = self.chunker.context(self.doc, self.section, (a, b))
+        cost = self._ctx.get(ctx)
+        if cost is None:
+            cost = self._ctx[ctx] = self._model_counter.count(ctx) + _JOIN_COST if ctx else 0
+        return self.chunker.model_limit - cost
+
+    def fits(self, a: int, b: int) -> bool:
+        """Within the unit budget, and within the model's limit together with its context."""
+        if b - a > self._reject_chars:  # far too long to fit: not worth tokenizing (rejecting is safe)
+            return False
+        return self.unit(a, b) <= self.size and self.model(a, b) <= self.budget(a, b)
+
+
+def _section_pieces(
+    cnt: Counter, text: str, a: int, b: int
+) -> tuple[list[int], list[int], list[int | None]] | bool:
+    """Start and end offsets and word ids of the word pieces of text[a:b], for BERT-style tokenizers."""
+    fast = getattr(cnt, "_fast", None)
+    if fast is None or type(fast.pre_tokenizer).__name__ != "BertPreTokenizer":
+        return False
+    if type(fast.normalizer).__name__ != "BertNormalizer" or type(fast.model).__name__ != "WordPiece":
+        return False
+    enc = fast.encode(text[a:b], add_special_tokens=False)
+    return [a + s for s, _ in enc.offsets], [a + e for _, e in enc.offsets], list(enc.word_ids)
+
+
+@lru_cache(maxsize=8192)
+def _clip(model: str, limit: int, ctx: str) -> str:
+    """A context cut to at most `limit` word pieces (at a word-piece boundary)."""
+    if counter("model", model).count(ctx) <= limit:
+        return ctx
+    from pipeline.tokens import hf_tokenizer
+
+    enc = hf_tokenizer(model)(ctx, add_special_tokens=False, return_offsets_mapping=True)
+    return ctx[: enc["offset_mapping"][limit - 1][1]].rstrip()
 
 
 def strip_span(text: str, a: int, b: int) -> Span:

@@ -1,0 +1,225 @@
+"""Every chunkyard strategy on the Chroma corpora, side by side with LangChain, Chonkie and semchunk.
+
+    python bench/chunkers.py                          # size 256 cl100k, median of 3 runs
+    python bench/chunkers.py --size 200 --repeats 5 --only recursive --only langchain-recursive
+    python bench/chunkers.py --profile markdown       # cProfile of one strategy's run, top functions
+
+For each chunker and corpus: chunks, mean and max cl100k tokens, how many chunks are longer than the
+embedding model reads (254 word pieces: the model silently truncates those), and throughput in MB/s
+(UTF-8 bytes of the corpus / median time of the chunking alone), by this process's CPU time (steady on a
+shared machine) and by wall time. Every chunker here runs on one core, except semantic, whose
+embedding uses several torch threads (its CPU-time figure is then below its wall-time one). chunkyard's chunkers work on the
+normalized document (sections from normalize, timed separately as "normalize"); the peers get the raw
+corpus text, as their users give it. Peers are built fresh for every run so no memo carries over.
+Needs the bench extra: pip install -e '.[bench]'. The data is read in place, never copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline.chunkers import REGISTRY  # noqa: E402
+from pipeline.config import _ADAPTER  # noqa: E402
+from pipeline.normalize import Document, normalize  # noqa: E402
+from pipeline.sources import SourceFile, detect, source_uri  # noqa: E402
+from pipeline.tokens import counter, model_max_tokens, seed_tiktoken_cache, tiktoken_encoding  # noqa: E402
+
+CORPORA = ("chatlogs", "finance", "pubmed", "state_of_the_union", "wikitexts")
+#: Strategies whose run is dominated by something else than chunking get fewer repeats by default.
+SLOW = {"semantic"}
+
+Run = Callable[[], list[str]]  # one timed chunking run of one corpus -> chunk texts
+
+
+# ------------------------------------------------------------------------------------------- peers
+
+
+def peer_factories(size: int) -> dict[str, Callable[[], Callable[[str], list[str]]]]:
+    """name -> a factory of a fresh splitter (text -> chunk texts) at `size` cl100k tokens, no overlap."""
+    enc = tiktoken_encoding("cl100k_base")
+
+    def langchain() -> Callable[[str], list[str]]:
+        from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+        return RecursiveCharacterTextSplitter.from_tiktoken_encoder(
+            encoding_name="cl100k_base", chunk_size=size, chunk_overlap=0
+        ).split_text
+
+    def chonkie() -> Callable[[str], list[str]]:
+        from chonkie import RecursiveChunker
+
+        ch = RecursiveChunker(tokenizer=enc, chunk_size=size)
+        return lambda text: [c.text for c in ch.chunk(text)]
+
+    def semchunk() -> Callable[[str], list[str]]:
+        import semchunk as sc
+
+        ch = sc.chunkerify(enc, size)
+        return lambda text: list(ch(text))
+
+    return {"langchain-recursive": langchain, "chonkie-recursive": chonkie, "semchunk": semchunk}
+
+
+# ------------------------------------------------------------------------------------------ corpora
+
+
+def load_corpus(path: Path, section_tokens: int) -> Document:
+    """A corpus normalized as the pipeline would (a .md file: markdown), sections included."""
+    kind = detect(path)
+    assert kind is not None, path
+    src = SourceFile(path, source_uri(path), kind[0], kind[1])
+    return normalize(src, path.read_bytes(), section_tokens=section_tokens)
+
+
+def ours(kind: str, size: int, doc: Document) -> Run:
+    """One run of a chunkyard strategy over every section of the document (a fresh chunker)."""
+    chunker = REGISTRY[kind](_ADAPTER.validate_python({"kind": kind, "size": size}))
+
+    def run() -> list[str]:
+        return [c.text for _, cs in chunker.chunk_document(doc) for c in cs]
+
+    return run
+
+
+def timed(make: Callable[[], Run], repeats: int) -> tuple[float, float, list[str]]:
+    """Median CPU and wall seconds of `repeats` runs (each from a fresh `make()`), and the last chunks."""
+    cpu, wall, out = [], [], []
+    for _ in range(repeats):
+        run = make()
+        c0, t0 = time.process_time(), time.perf_counter()
+        out = run()
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - t0)
+    return statistics.median(cpu), statistics.median(wall), out
+
+
+# ------------------------------------------------------------------------------------------- report
+
+
+def stats(chunks: list[str]) -> dict[str, float]:
+    tok, model = counter("cl100k_base"), counter("model")
+    counts = [tok.count(c) for c in chunks]
+    limit = model_max_tokens()
+    over = sum(n > limit for n in model.count_many(chunks))  # type: ignore[attr-defined]
+    return {
+        "chunks": len(chunks),
+        "mean": statistics.fmean(counts) if counts else 0.0,
+        "max": max(counts, default=0),
+        "over": over,
+    }
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    body = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
+    return "\n".join([line, sep, *body])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "bench" / "chroma")
+    ap.add_argument("--size", type=int, default=256, help="Budget in cl100k tokens for every chunker.")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--slow-repeats", type=int, default=1, help="Repeats for semantic (embeds on CPU).")
+    ap.add_argument("--only", action="append", help="Chunker names to run (repeatable).")
+    ap.add_argument("--profile", metavar="NAME", help="cProfile one chunker over all corpora instead.")
+    args = ap.parse_args()
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core for every chunker
+    seed_tiktoken_cache()
+    paths = {name: args.data / "corpora" / f"{name}.md" for name in CORPORA}
+    texts = {name: p.read_text(encoding="utf-8") for name, p in paths.items()}
+    nbytes = {name: len(t.encode("utf-8")) for name, t in texts.items()}
+    t0 = time.process_time()
+    docs = {name: load_corpus(p, 1024) for name, p in paths.items()}
+    norm_s = time.process_time() - t0
+    peers = peer_factories(args.size)
+    names = [*REGISTRY, *peers]
+    if args.only:
+        names = [n for n in names if n in args.only]
+
+    def maker(name: str, corpus: str) -> Callable[[], Run]:
+        if name in peers:
+
+            def make() -> Run:
+                split = peers[name]()
+                return lambda: split(texts[corpus])
+
+            return make
+        return lambda: ours(name, args.size, docs[corpus])
+
+    if args.profile:
+        prof = cProfile.Profile()
+        runs = [maker(args.profile, c)() for c in CORPORA]
+        prof.enable()
+        for run in runs:
+            run()
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        return
+
+    total_mb = sum(nbytes.values()) / 1e6
+    print(
+        f"Chroma corpora: {', '.join(CORPORA)} ({total_mb:.2f} MB); budget {args.size} cl100k, no overlap; "
+        f"median of {args.repeats} runs ({args.slow_repeats} for {', '.join(sorted(SLOW))}); "
+        f"normalize (all corpora, once): {norm_s:.2f} s CPU = {total_mb / norm_s:.2f} MB/s\n"
+    )
+    totals, per_corpus = [], []
+    for name in names:
+        reps = args.slow_repeats if name in SLOW else args.repeats
+        cpu, wall, chunks = 0.0, 0.0, []
+        cells = [name]
+        for corpus in CORPORA:
+            c, w, out = timed(maker(name, corpus), reps)
+            cpu, wall = cpu + c, wall + w
+            chunks += out
+            cells.append(f"{len(out)} @ {nbytes[corpus] / 1e6 / c:.2f}")
+        st = stats(chunks)
+        totals.append(
+            [
+                name,
+                "peer" if name in peers else "chunkyard",
+                str(st["chunks"]),
+                f"{st['mean']:.1f}",
+                str(st["max"]),
+                str(st["over"]),
+                f"{total_mb / cpu:.2f}",
+                f"{total_mb / wall:.2f}",
+            ]
+        )
+        per_corpus.append(cells)
+        print(f"  done {name}: {cpu:.2f} s CPU, {wall:.2f} s wall", file=sys.stderr, flush=True)
+    print(
+        table(
+            [
+                "chunker",
+                "from",
+                "chunks",
+                "mean tok",
+                "max tok",
+                f"> {model_max_tokens()} wp",
+                "MB/s CPU",
+                "MB/s wall",
+            ],
+            totals,
+        )
+    )
+    print("\nPer corpus: chunks @ MB/s (CPU time)\n")
+    print(table(["chunker", *CORPORA], per_corpus))
+
+
+if __name__ == "__main__":
+    main()
