@@ -129,7 +129,7 @@ class C:
 '''
     doc = normalize(_src("m.py"), code)
     kinds = [(s.kind, s.heading_path[-1]) for s in doc.sections]
-    assert kinds == [("module", "m.py"), ("definition", "def f(a)"), ("definition", "@dataclass")]
+    assert kinds == [("module", "m.py"), ("definition", "def f(a)"), ("definition", "class C")]
     assert doc.text[doc.sections[1].start :].startswith("# helper comment")
 
 
