@@ -522,9 +522,18 @@ def pipeline_indexer(
 
 
 def spans_indexer(
-    label: str, corpora: dict[str, Corpus], spans: dict[str, list[Span]], settings: Settings
+    label: str,
+    corpora: dict[str, Corpus],
+    spans: dict[str, list[Span]],
+    settings: Settings,
+    *,
+    embed_text: Callable[[str, int, int], str] | None = None,
 ) -> Callable[[str], Indexed]:
-    """Index chunks made elsewhere (a peer library) the same way: same embedding, cache, tables, search."""
+    """Index chunks made elsewhere (a peer library) the same way: same embedding, cache, tables, search.
+
+    `embed_text(corpus_id, start, end)` may say what to embed for a span (experiments with context
+    around a span); the span itself stays what is scored.
+    """
     from pipeline import db, store
     from pipeline.chunkers.base import Chunk
     from pipeline.embed import embed_hash, embed_with_cache, get_embedder
@@ -532,6 +541,8 @@ def spans_indexer(
     from pipeline.normalize import Document, Section
     from pipeline.sources import sha256
     from pipeline.tokens import counter
+
+    _SpanChunk = _span_chunk_class()
 
     def index(collection: str) -> Indexed:
         t0 = time.perf_counter()
@@ -551,7 +562,9 @@ def spans_indexer(
                 )
                 docs.append(doc)
                 chunks[uri] = [
-                    Chunk(s, e, c.text[s:e], cl100k.count(c.text[s:e]))
+                    _SpanChunk(s, e, c.text[s:e], cl100k.count(c.text[s:e]), embedded=embed_text(cid, s, e))
+                    if embed_text
+                    else Chunk(s, e, c.text[s:e], cl100k.count(c.text[s:e]))
                     for s, e in spans.get(cid, [])
                     if e > s
                 ]
@@ -572,6 +585,22 @@ def spans_indexer(
         return Indexed(uris, {"counts": {"chunks_embedded": len(fresh)}, "timings": timings})
 
     return index
+
+
+def _span_chunk_class():
+    from pipeline.chunkers.base import Chunk
+
+    @dataclass(frozen=True)
+    class SpanChunk(Chunk):
+        """A chunk whose embedded text is given explicitly (bench experiments only)."""
+
+        embedded: str = ""
+
+        @property
+        def embed_text(self) -> str:
+            return self.embedded or super().embed_text
+
+    return SpanChunk
 
 
 # ----------------------------------------------------------------------------------------- scoring
