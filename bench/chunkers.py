@@ -186,7 +186,7 @@ def main() -> None:
             c, w, out = timed(maker(name, corpus), reps)
             cpu, wall = cpu + c, wall + w
             chunks += out
-            cells.append(f"{len(out)} @ {nbytes[corpus] / 1e6 / c:.2f}")
+            cells.append(f"{len(out)} @ {nbytes[corpus] / 1e6 / c:.3g}")
         st = stats(chunks)
         totals.append(
             [
@@ -196,8 +196,8 @@ def main() -> None:
                 f"{st['mean']:.1f}",
                 str(st["max"]),
                 str(st["over"]),
-                f"{total_mb / cpu:.2f}",
-                f"{total_mb / wall:.2f}",
+                f"{total_mb / cpu:.3g}",
+                f"{total_mb / wall:.3g}",
             ]
         )
         per_corpus.append(cells)

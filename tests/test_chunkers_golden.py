@@ -66,6 +66,9 @@ def test_markdown_headings_become_the_context_path():
     assert len(loader) == 1
     assert loader[0].context == "Field guide to the elements > Reading the data > The loader"
     assert loader[0].text.startswith("### The loader")
+    assert loader[0].metadata == {
+        "heading_path": ["Field guide to the elements", "Reading the data", "The loader"]
+    }
     # at 512 cl100k the model's limit (254 word pieces with context) is what cuts the long table
     table = [c for i, c in out if doc.sections[i].heading_path[-1] == "The first 36 elements"]
     assert [first_line(c) for c in table] == [
@@ -293,6 +296,23 @@ def test_chat_overlap_repeats_the_last_turn():
     assert len(out) == 7
     for a, b in zip(out, out[1:], strict=False):
         assert a.text.split("\n")[-1] == b.text.split("\n")[0]
+
+
+def test_chat_turn_over_budget_is_cut_but_counts_as_one_turn():
+    answer = " ".join(f"Sentence number {k} of a very long answer about parcels." for k in range(12))
+    text = f"Alice: hi there\nBob: {answer}\nAlice: ok thanks\nBob: bye now\nAlice: see you"
+    doc = Document(uri="memory:", doc_type="chat", text=text, sections=[Section(0, len(text))])
+    out = REGISTRY["chat"](ChatConfig(max_turns=2, size=64)).chunk(doc, doc.sections[0])
+    assert [first_line(c)[:22] for c in out] == [
+        "Alice: hi there",
+        "Sentence number 4 of a",
+        "Sentence number 9 of a",
+        "Bob: bye now",
+    ]
+    assert out[2].text.endswith("parcels.\nAlice: ok thanks")  # the tail of Bob's turn + one more turn
+    # no speakers at all: prose, not groups of "turns"
+    prose = REGISTRY["chat"](ChatConfig(max_turns=1, size=256)).chunk_text(PASTA + "\n\n" + JUPITER)
+    assert [c.text for c in prose] == [PASTA + "\n\n" + JUPITER]
 
 
 # --------------------------------------------------------------------------------- sentences

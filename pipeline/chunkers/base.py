@@ -78,7 +78,7 @@ class Chunker(ABC):
     def context(self, doc: Document, section: Section, span: Span) -> str:
         """The context actually embedded: `context_for`, clipped to `context_tokens` word pieces."""
         ctx = self.context_for(doc, section, span)
-        return _clip(self.model, self.context_tokens, ctx) if ctx else ctx
+        return clip_context(self.model, self.context_tokens, ctx) if ctx else ctx
 
     def chunk(self, doc: Document, section: Section) -> list[Chunk]:
         """Chunks of one section, each within the unit budget and the model's input limit."""
@@ -169,13 +169,15 @@ class Chunker(ABC):
         overlap_units: int = 0,
         overlap_items: int = 0,
         max_items: int | None = None,
+        item_ids: Sequence[int] | None = None,
         glue: Sequence[bool] | None = None,
         groups: Sequence[tuple[int, int]] = (),
     ) -> list[Span]:
         """Greedily join contiguous pieces into chunks that fit; overlap in units or in pieces.
 
         `glue[k]` asks not to end a chunk after piece k (a heading or a list's lead-in) when the chunk
-        can end earlier instead. A group (first, last) of pieces (a lead-in and its list items) starts
+        can end earlier instead. `max_items` and `overlap_items` count pieces, or the distinct
+        `item_ids` of pieces (a chat turn cut into several pieces is still one turn). A group (first, last) of pieces (a lead-in and its list items) starts
         a new chunk rather than being cut, when it fits in one chunk but not in what is left of this one.
         """
         groups = self.pack_indices(
@@ -186,6 +188,7 @@ class Chunker(ABC):
             overlap_units=overlap_units,
             overlap_items=overlap_items,
             max_items=max_items,
+            item_ids=item_ids,
             glue=glue,
             groups=groups,
         )
@@ -201,6 +204,7 @@ class Chunker(ABC):
         overlap_units: int = 0,
         overlap_items: int = 0,
         max_items: int | None = None,
+        item_ids: Sequence[int] | None = None,
         glue: Sequence[bool] | None = None,
         groups: Sequence[tuple[int, int]] = (),
     ) -> list[tuple[int, int]]:
@@ -215,6 +219,7 @@ class Chunker(ABC):
         mcum = [0, *accumulate(m.model(a, b) for a, b in pieces)]
         size, mbudget = self.config.size, self.section_model_budget(doc, section)
         n = len(pieces)
+        ids = list(item_ids) if item_ids is not None else list(range(n))
         group_end = {first: last for first, last in groups if last > first}
 
         def estimate(i: int, j: int) -> bool:
@@ -224,7 +229,7 @@ class Chunker(ABC):
         i = 0
         while i < n:
             j = i
-            while j + 1 < n and (max_items is None or j + 2 - i <= max_items) and estimate(i, j + 1):
+            while j + 1 < n and (max_items is None or ids[j + 1] - ids[i] < max_items) and estimate(i, j + 1):
                 last = group_end.get(j + 1)
                 if last is not None and not estimate(i, last) and estimate(j + 1, last):
                     break
@@ -243,7 +248,8 @@ class Chunker(ABC):
                 break
             nxt = j + 1
             if overlap_items > 0:
-                nxt = max(i + 1, j + 1 - overlap_items)
+                first = ids[j] - overlap_items + 1  # the first item repeated in the next chunk
+                nxt = max(i + 1, next(k for k in range(i, j + 2) if ids[k] >= first))
             elif overlap_units > 0:
                 k = j + 1
                 while k - 1 > i and ucum[j + 1] - ucum[k - 1] <= overlap_units:
@@ -363,7 +369,7 @@ def _section_pieces(
 
 
 @lru_cache(maxsize=8192)
-def _clip(model: str, limit: int, ctx: str) -> str:
+def clip_context(model: str, limit: int, ctx: str) -> str:
     """A context cut to at most `limit` word pieces (at a word-piece boundary)."""
     if counter("model", model).count(ctx) <= limit:
         return ctx

@@ -22,16 +22,20 @@ class ChatChunker(Chunker):
     def split(self, doc: Document, section: Section) -> list[Span]:
         text = doc.text
         fits = self.fits_for(doc, section)
+        turns = self.turns(doc, section)
+        if len(turns) < 2:  # no speakers here: nothing to count in turns, cut it like prose
+            pieces = self.pieces_for(doc, section, section.start, section.end, fits)
+            return self.pack(doc, section, pieces, fits=fits)
         pieces: list[Span] = []
-        for x, y in self.turns(doc, section):
+        ids: list[int] = []  # the turn each piece belongs to
+        for t, (x, y) in enumerate(turns):
             x, y = strip_span(text, x, y)
-            if y <= x:
-                continue
-            if fits(x, y):
-                pieces.append((x, y))
-            else:
-                pieces += [strip_span(text, p, q) for p, q in self.pieces_for(doc, section, x, y, fits)]
-        pieces = [(x, y) for x, y in pieces if y > x]
+            parts = [(x, y)] if y > x and fits(x, y) else self.pieces_for(doc, section, x, y, fits)
+            for p, q in parts:
+                p, q = strip_span(text, p, q)
+                if q > p:
+                    pieces.append((p, q))
+                    ids.append(t)
         return self.pack(
             doc,
             section,
@@ -39,6 +43,7 @@ class ChatChunker(Chunker):
             fits=fits,
             max_items=self.config.max_turns,
             overlap_items=self.config.overlap,
+            item_ids=ids,
         )
 
     def metadata_for(self, doc: Document, section: Section, span: Span) -> dict[str, Any]:

@@ -18,7 +18,15 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from pipeline.chunkers.base import Chunker, Fits, Span, recursive_spans, strip_span
+from pipeline.chunkers.base import (
+    MAX_CONTEXT_TOKENS,
+    Chunker,
+    Fits,
+    Span,
+    clip_context,
+    recursive_spans,
+    strip_span,
+)
 from pipeline.normalize import CODE_DEFS, Document, Section, parse_tree
 
 #: Separators for a leaf node (or a non-code document) that is still over budget: lines first.
@@ -175,8 +183,9 @@ class CodeChunker(Chunker):
         if not getattr(self.config, "context", False):
             return ""
         p = self.parsed(doc)
-        if p is None:
-            return super().context_for(doc, section, span)
+        if p is None:  # not code: the plain heading context, as short as everywhere else
+            base = super().context_for(doc, section, span)
+            return clip_context(self.model, MAX_CONTEXT_TOKENS, base) if base else base
         name = section.heading_path[0] if section.heading_path else doc.title
         head = [f"# {name}"] if name else []
         sigs = p.signatures(span[0])

@@ -11,9 +11,9 @@ like recursive text. A heading and a list's lead-in paragraph are glued to what 
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pipeline.chunkers.base import Chunker, Fits, Span, strip_span
+from pipeline.chunkers.base import MAX_CONTEXT_TOKENS, Chunker, Fits, Span, clip_context, strip_span
 from pipeline.normalize import Document, Section
 
 Block = tuple[int, int, str]  # start, end, kind
@@ -49,7 +49,7 @@ class MarkdownChunker(Chunker):
     """Blocks of a heading section packed up to the budget, structure kept where the budget allows."""
 
     kind = "markdown"
-    #: room for the heading path and a table's header rows
+    #: the heading path (48 word pieces at most, as for every strategy) and a table's header rows
     context_tokens: ClassVar[int] = 96
 
     # --------------------------------------------------------------------------- block structure
@@ -173,11 +173,16 @@ class MarkdownChunker(Chunker):
 
     # ---------------------------------------------------------------------------------- context
 
+    def metadata_for(self, doc: Document, section: Section, span: Span) -> dict[str, Any]:
+        """The heading path as data too, so SQL can filter chunks by it without a join."""
+        return {"heading_path": list(section.heading_path)} if section.heading_path else {}
+
     def context_for(self, doc: Document, section: Section, span: Span) -> str:
-        """Heading path, plus a table's header rows when the span starts below them."""
+        """Heading path (as short as everywhere else), plus a table's header rows below them."""
         if not getattr(self.config, "context", False):
             return ""
         base = super().context_for(doc, section, span)
+        base = clip_context(self.model, MAX_CONTEXT_TOKENS, base) if base else base
         header = self.header_for(doc, section, span[0])
         return f"{base}\n{header}" if base and header else base or header
 
