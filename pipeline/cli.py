@@ -434,7 +434,7 @@ def _run_flow(name: str, params: dict, *, workers: int, dask_address: str | None
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=err,
-        disable=quiet or not err.is_terminal and not os.environ.get("CHUNKYARD_PROGRESS"),
+        disable=quiet or name == "prune" or not err.is_terminal and not os.environ.get("CHUNKYARD_PROGRESS"),
     )
     bar = progress.add_task("files", total=None)
 
