@@ -580,7 +580,9 @@ def serve(
                 )
             ]
         except ValidationError as exc:
-            raise ConfigError("; ".join(e["msg"] for e in exc.errors())) from exc
+            raise ConfigError(
+                "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+            ) from exc
     prof = _profile(profile, strategy, param) if (profile or strategy) else None
     s = Settings()
     runner = None
