@@ -13,6 +13,7 @@ from urllib.parse import unquote, urlparse
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pipeline.config import Profile, Settings, load_profile, strategy_profile
@@ -47,7 +48,10 @@ def _profile(profile: Path | None, strategy: str | None, params: list[str] | Non
             if "=" not in item:
                 raise ConfigError(f"--param {item!r}: expected NAME=VALUE")
             k, v = item.split("=", 1)
-            kv[k] = json.loads(v) if v[:1] in '[{0123456789-tf"' and v not in ("-",) else v
+            try:
+                kv[k] = json.loads(v)  # numbers, booleans, lists
+            except json.JSONDecodeError:
+                kv[k] = v  # plain strings such as language=tr
         return strategy_profile(strategy, **kv)
     return load_profile(profile)
 
@@ -348,7 +352,8 @@ def chunk(
     )
     for r in rows:
         out.print(
-            f"[bold]§{r['section']} [{r['start']}:{r['end']}] {r['tokens']} tok[/] [cyan]{' > '.join(r['heading_path'])}[/]",
+            f"[bold]§{r['section']} \\[{r['start']}:{r['end']}] {r['tokens']} tok[/] "
+            f"[cyan]{escape(' > '.join(r['heading_path']))}[/]",
             highlight=False,
         )
         out.print("  " + r["text"].replace("\n", "\n  "), highlight=False, markup=False)
