@@ -14,7 +14,6 @@ from prefect.states import Failed, State
 from pydantic import Field
 
 from pipeline import ingest as stages
-from pipeline import store
 from pipeline.config import Profile, Settings
 from pipeline.errors import ChunkyardError, TransientError
 from pipeline.sources import source_uri
@@ -170,11 +169,7 @@ def ingest_files(
         if prune_roots is not None:
             stats.merge(stages.Stats.from_json(prune_task(ctx, prune_roots, sorted(stats.seen), soft_delete)))
     except BaseException:
-        if ctx.run_id >= 0:
-            store.finish_run(
-                conn, ctx.run_id, status="crashed", counts=dict(stats.counts), timings=stats.timings
-            )
-        conn.close()
+        stages.abort_run(conn, ctx, stats)
         raise
     return finish(ctx, stats, stages.end_run(conn, ctx, stats))
 

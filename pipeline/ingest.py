@@ -176,6 +176,13 @@ def _model_dim(model: str) -> int:
     return get_embedder(model).dim
 
 
+def abort_run(conn: psycopg.Connection, ctx: RunContext, stats: Stats) -> None:
+    """Mark the ledger row crashed (what was done so far is recorded) and release the connection."""
+    if ctx.run_id >= 0:
+        store.finish_run(conn, ctx.run_id, status="crashed", counts=dict(stats.counts), timings=stats.timings)
+    conn.close()
+
+
 def end_run(conn: psycopg.Connection, ctx: RunContext, stats: Stats) -> str:
     """Record the ledger row and errors; release the lock. Returns the run's status."""
     status = "failed" if stats.errors else "completed"
@@ -443,11 +450,7 @@ def run_ingest(
         if prune:
             stats.merge(prune_missing(ctx, roots, stats.seen, soft=soft_delete))
     except BaseException:
-        if ctx.run_id >= 0:
-            store.finish_run(
-                conn, ctx.run_id, status="crashed", counts=dict(stats.counts), timings=stats.timings
-            )
-        conn.close()
+        abort_run(conn, ctx, stats)
         raise
     status = end_run(conn, ctx, stats)
     return stats, ctx.run_id, status
