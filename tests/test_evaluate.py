@@ -268,3 +268,18 @@ def test_spans_indexer_scores_chunks_made_elsewhere(settings):
         precision_omega(q.excerpts, spans[q.corpus_id]), abs=1e-6
     )
     assert r["summary"]["recall"]["mean"] >= 70
+
+
+@pytest.mark.slow
+def test_hybrid_search_matches_any_word_of_a_question(settings, conn):
+    """A question never has all its words in one chunk: full text must match any of them (not all)."""
+    from pipeline.embed import get_embedder
+    from pipeline.ingest import run_ingest
+
+    run_ingest([FIXTURE / "corpora"], settings=settings, profile=ev.parse_config("recursive:size=48").profile)
+    question = "What does a track circuit detect, and how?"
+    off_topic = get_embedder(settings.model).encode(["honey bee colonies and their queens"])[0]
+    vector = store.search(conn, "default", off_topic, k=3)
+    assert all("bees" in h.source_uri for h in vector)
+    hybrid = store.search(conn, "default", off_topic, k=3, query_text=question, hybrid=True)
+    assert any("Track circuits detect trains" in h.text for h in hybrid)
