@@ -21,9 +21,9 @@ from pipeline.sources import source_uri
 #: A collection name as a flow parameter.
 CollectionName = Annotated[str, Field(min_length=1, max_length=200)]
 
-#: Bytes of changed files per task. Measured (bench/prefect_overhead.py): a task costs Prefect about
-#: 0.03 s here, while embedding 256 KiB of text takes tens of seconds on a CPU and about a second on a GPU,
-#: so overhead stays well under 5%, and a corpus still splits into enough tasks to keep workers busy.
+#: Bytes of changed files per task. Measured (bench/prefect_overhead.py): a task costs Prefect 0.01-0.15 s
+#: and a flow run about 1.2 s, while embedding 256 KiB of text takes 30-60 s on 2 CPU cores (about a second
+#: on a GPU), so overhead stays under 5%, and a corpus still splits into enough tasks to keep workers busy.
 BATCH_BYTES = 256 * 1024
 
 #: Retry waits for a transient failure (connection lost, timeout, serialization conflict).
