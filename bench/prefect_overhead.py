@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -67,7 +68,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--files", nargs="*", help="only these file names from the corpus")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per mode (the minimum is reported)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per mode (the median is reported, with min-max)")
     ap.add_argument("--tasks", type=int, default=100, help="empty tasks for the per-task cost")
     ap.add_argument("--database-url", default=None)
     args = ap.parse_args()
@@ -139,15 +140,15 @@ def main() -> None:
                 wall, infos[name] = fn(f"bench-{k}-{i}")
                 walls[name].append(wall)
                 print(f"  {name}: {wall:.1f} s  {infos[name]}", flush=True)
-        results = {name: (min(w), infos[name]) for name, w in walls.items()}
+        results = {name: (statistics.median(w), infos[name]) for name, w in walls.items()}
 
     base = results["plain functions in a worker thread"][0]
     print()
-    print("| mode | wall s | vs plain in a thread | tasks |")
-    print("| --- | ---: | ---: | ---: |")
+    print("| mode | median wall s | min-max s | vs plain in a thread | tasks |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for name, (wall, info) in results.items():
         rel = "-" if wall == base else f"{(wall - base) / base * 100:+.1f}%"
-        print(f"| {name} | {wall:.1f} | {rel} | {info.get('tasks', '-')} |")
+        print(f"| {name} | {wall:.1f} | {min(walls[name]):.1f}-{max(walls[name]):.1f} | {rel} | {info.get('tasks', '-')} |")
     print()
     print(f"temporary Prefect server start (first flow call in a process): {startup:.1f} s")
     print(f"a flow run with one empty task: {one:.2f} s (flow-run overhead)")
