@@ -1,7 +1,7 @@
 """Chroma's chunking benchmark through `chunkyard eval`: reproduce the published MiniLM rows, try profiles.
 
     python bench/eval_chroma.py published              # the 6 reproducible MiniLM rows vs PUBLISHED.md
-    python bench/eval_chroma.py target --hybrid        # the default profile and the candidates tried
+    python bench/eval_chroma.py target                 # the default profile: vector, hybrid and rrf search
     python bench/eval_chroma.py specs -s 'recursive:size=128,label=r128' -s default:as=text
 
 The data stays in ../shared/bench/chroma (or $CHUNKYARD_CHROMA_DIR); results go to bench/results/.
@@ -96,14 +96,13 @@ def reference_points(pub: dict[str, dict]) -> list[dict]:
     return [{"label": f"pub {k}", "recall": v["recall"], "iou": v["iou"]} for k, v in pub.items()]
 
 
-def run(configs: dict[str, str], name: str, *, k: int, hybrid: bool) -> dict:
+def run(configs: dict[str, str], name: str, *, k: int, modes: tuple[str, ...]) -> dict:
     """Evaluate configurations one after another, saving after each so a long run can be watched."""
     data = data_dir()
     settings = Settings()
     corpora = ev.load_corpora(data / "corpora")
     questions = ev.load_questions(data / "questions_df.csv", corpora)
     qvecs = ev.embed_questions(questions, settings)
-    modes = ("vector", "hybrid") if hybrid else ("vector",)
     out = ROOT / "bench" / "results" / name
     pub = published(data)
     results: list[dict] = []
@@ -134,7 +133,12 @@ def main() -> None:
     ap.add_argument("--only", action="append", default=[], help="Run only these labels of the set.")
     ap.add_argument("--name", help="Results file name under bench/results/.")
     ap.add_argument("-k", type=int, default=5)
-    ap.add_argument("--hybrid", action="store_true")
+    ap.add_argument(
+        "--search",
+        action="append",
+        choices=["vector", "fulltext", "hybrid", "rrf"],
+        help="Search modes to score (repeatable; default: vector for `published`, else vector, hybrid, rrf).",
+    )
     a = ap.parse_args()
     if a.set == "published":
         configs = dict(PUBLISHED_CONFIGS)
@@ -149,7 +153,8 @@ def main() -> None:
         configs = {k: v for k, v in configs.items() if k in a.only}
     if not configs:
         ap.error("nothing to evaluate")
-    run(configs, a.name or a.set, k=a.k, hybrid=a.hybrid)
+    modes = tuple(a.search or (["vector"] if a.set == "published" else ["vector", "hybrid", "rrf"]))
+    run(configs, a.name or a.set, k=a.k, modes=modes)
 
 
 if __name__ == "__main__":

@@ -180,7 +180,14 @@ def _find_fuzzy(text: str, core: str, start: int) -> ev.Span | None:
 # ---------------------------------------------------------------------------------------------- run
 
 
-def run(names: list[str], table: dict[str, Callable[[], Splitter]], out_name: str, *, k: int) -> None:
+def run(
+    names: list[str],
+    table: dict[str, Callable[[], Splitter]],
+    out_name: str,
+    *,
+    k: int,
+    modes: tuple[str, ...],
+) -> None:
     """Chunk with each peer, index the spans, score; results saved after each peer."""
     seed_tiktoken_cache()
     data = data_dir()
@@ -200,7 +207,7 @@ def run(names: list[str], table: dict[str, Callable[[], Splitter]], out_name: st
         t_chunk = time.perf_counter() - t0
         res = ev.evaluate_index(
             name, ev.spans_indexer(name, corpora, spans, settings), corpora, questions, qvecs,
-            settings=settings, k=k, meta={"peer": name, "chunk_seconds": round(t_chunk, 2)},
+            settings=settings, k=k, modes=modes, meta={"peer": name, "chunk_seconds": round(t_chunk, 2)},
         )  # fmt: skip
         results += res
         doc = ev.report(results, corpora=corpora, questions=questions, k=k, settings=settings)
@@ -224,13 +231,20 @@ def main() -> None:
     )
     ap.add_argument("--name", help="Results file name under bench/results/.")
     ap.add_argument("-k", type=int, default=5)
+    ap.add_argument(
+        "--search",
+        action="append",
+        choices=["vector", "fulltext", "hybrid", "rrf"],
+        help="Search modes to score (repeatable; default: vector, hybrid, rrf; controls: vector).",
+    )
     a = ap.parse_args()
     table = CONTROLS if a.controls else PEERS
     names = a.only or list(table)
     unknown = [n for n in names if n not in table]
     if unknown:
         ap.error(f"unknown: {', '.join(unknown)}; known: {', '.join(table)}")
-    run(names, table, a.name or ("controls" if a.controls else "peers"), k=a.k)
+    modes = tuple(a.search or (["vector"] if a.controls else ["vector", "hybrid", "rrf"]))
+    run(names, table, a.name or ("controls" if a.controls else "peers"), k=a.k, modes=modes)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from pipeline.errors import ChunkyardError, ConfigError
 
 Span = tuple[int, int]
 DocTypeChoice = Literal["auto", "text", "markdown"]
-Mode = Literal["vector", "hybrid"]
+Mode = Literal["vector", "fulltext", "hybrid", "rrf"]
 
 #: The separators of Chroma's recursive configurations (LangChain's, with sentence punctuation).
 CHROMA_SEPARATORS = ("\n\n", "\n", ".", "?", "!", " ", "")
@@ -581,6 +581,7 @@ def spans_indexer(
                     model=settings.model, run_id=None,
                 )  # fmt: skip
             assert all(embed_hash(t) in vectors for t in texts)
+            store.refresh_fts_stats(conn, coll.id)
         timings = {"chunk+embed": t1 - t0, "store": time.perf_counter() - t1}
         return Indexed(uris, {"counts": {"chunks_embedded": len(fresh)}, "timings": timings})
 
@@ -710,9 +711,7 @@ def _score(
         per_q = []
         agree = []
         for qi, q in enumerate(questions):
-            hits = store.search(
-                conn, collection, qvecs[qi], k=k, query_text=q.text, hybrid=(mode == "hybrid")
-            )
+            hits = store.search(conn, collection, qvecs[qi], k=k, query_text=q.text, mode=mode)
             got = [
                 Retrieved(u2c[h.source_uri], *maps[h.source_uri].to_raw(h.char_start, h.char_end))
                 for h in hits
@@ -758,18 +757,17 @@ def run_eval(
     configs: Sequence[EvalConfig],
     *,
     k: int = 5,
-    hybrid: bool = False,
+    modes: Sequence[Mode] = ("vector", "hybrid"),
     settings: Settings | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict:
-    """Score each configuration on one question set; `hybrid` adds hybrid-search rows."""
+    """Score each configuration on one question set, one result row per search mode."""
     settings = settings or Settings()
     corpora = load_corpora(corpora_dir)
     questions = load_questions(questions_path, corpora)
     say = progress or (lambda _msg: None)
     say(f"{len(questions)} questions over {len(corpora)} corpora; embedding questions")
     qvecs = embed_questions(questions, settings)
-    modes: tuple[Mode, ...] = ("vector", "hybrid") if hybrid else ("vector",)
     results = []
     for cfg in configs:
         say(f"indexing {cfg.label}")
@@ -866,7 +864,7 @@ def plot(
         s = r["summary"]
         x, y = s["iou"]["mean"], s["recall"]["mean"]
         ax.scatter([x], [y], marker="o" if r["mode"] == "vector" else "^", s=40)
-        ax.annotate(f"{r['label']}" + (" (hybrid)" if r["mode"] == "hybrid" else ""), (x, y), fontsize=7,
+        ax.annotate(f"{r['label']}" + ("" if r["mode"] == "vector" else f" ({r['mode']})"), (x, y), fontsize=7,
                     xytext=(4, 3), textcoords="offset points")  # fmt: skip
     for p in reference:
         ax.scatter([p["iou"]], [p["recall"]], facecolors="none", edgecolors="grey", s=40)

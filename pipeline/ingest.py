@@ -189,6 +189,7 @@ def end_run(conn: psycopg.Connection, ctx: RunContext, stats: Stats) -> str:
     if ctx.run_id >= 0:
         for uri, stage, msg in stats.errors:
             store.record_error(conn, ctx.run_id, uri, stage, msg)
+        store.refresh_fts_stats(conn, ctx.collection_id)
         store.finish_run(conn, ctx.run_id, status=status, counts=dict(stats.counts), timings=stats.timings)
         store.unlock_collection(conn, ctx.collection_id)
     conn.close()

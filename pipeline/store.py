@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import psycopg
@@ -152,6 +153,11 @@ def finish_run(conn: psycopg.Connection, run_id: int, *, status: str, counts: di
             "UPDATE runs SET status = %s, finished_at = now(), counts = %s, timings = %s WHERE id = %s",
             (status, json.dumps(counts), json.dumps(timings), run_id),
         )
+
+
+def refresh_fts_stats(conn: psycopg.Connection, collection_id: int) -> None:
+    """Store the collection's BM25 statistics (chunk count, mean length), so searches need not scan it."""
+    conn.execute("SELECT chunkyard_refresh_fts_stats(%s)", (collection_id,))
 
 
 def record_error(
@@ -404,21 +410,38 @@ class Hit:
     parent_text: str | None
 
 
+#: How `search` ranks: cosine similarity, BM25 full text, or both fused (convex mix, or reciprocal rank fusion).
+SearchMode = Literal["vector", "fulltext", "hybrid", "rrf"]
+SEARCH_MODES: tuple[str, ...] = ("vector", "fulltext", "hybrid", "rrf")
+
+
 def search(
     conn: psycopg.Connection,
     collection: str,
-    query_vec: np.ndarray,
+    query_vec: np.ndarray | None,
     *,
     k: int = 5,
     query_text: str | None = None,
-    hybrid: bool = False,
+    mode: SearchMode = "vector",
     with_parent: bool = False,
 ) -> list[Hit]:
     """Top-k chunks through the SQL functions users call themselves."""
-    if hybrid:
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"search mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
+    if mode in ("hybrid", "rrf"):
         rows = conn.execute(
-            "SELECT * FROM chunkyard_hybrid_search(%s, %s, %s, %s, %s)",
-            (collection, query_vec, query_text or "", k, with_parent),
+            "SELECT * FROM chunkyard_hybrid_search(%s, %s, %s, %s, %s, p_fusion => %s)",
+            (collection, query_vec, query_text or "", k, with_parent, "rrf" if mode == "rrf" else "convex"),
+        ).fetchall()
+    elif mode == "fulltext":
+        rows = conn.execute(
+            """SELECT c.id, f.score, c.text, d.source_uri, s.heading_path, c.char_start, c.char_end, c.section_id,
+                      CASE WHEN %s THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END
+               FROM chunkyard_fulltext_search(%s, %s, %s) f
+               JOIN chunks c ON c.id = f.chunk_id JOIN documents d ON d.id = c.document_id
+               JOIN sections s ON s.id = c.section_id
+               ORDER BY f.score DESC, c.id""",
+            (with_parent, collection, query_text or "", k),
         ).fetchall()
     else:
         rows = conn.execute(

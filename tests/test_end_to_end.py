@@ -56,7 +56,7 @@ def test_search_finds_the_obvious_chunk(docs, settings, conn):
     assert "rotate the API keys" in hits[0].text
     assert hits[0].heading_path[-1] == "Rotating API keys"
     assert "revoke" in hits[0].parent_text
-    hybrid = store.search(conn, "default", vec, k=3, query_text="rotate API keys", hybrid=True)
+    hybrid = store.search(conn, "default", vec, k=3, query_text="rotate API keys", mode="hybrid")
     assert hybrid[0].source_uri.endswith("operations.html")
 
 

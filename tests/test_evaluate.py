@@ -192,16 +192,18 @@ def test_chunkyard_eval_end_to_end(settings, tmp_path):
         [
             "eval", "--corpora", str(FIXTURE / "corpora"), "--questions", str(FIXTURE / "questions.csv"),
             "-s", "recursive:size=48,overlap=0,context=false,label=small", "-s", "default:as=text,label=default",
-            "-k", "2", "--hybrid", "-o", str(out), "--per-corpus",
+            "-k", "2", "--search", "vector", "--search", "hybrid", "--search", "rrf", "-o", str(out), "--per-corpus",
         ],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "| small | vector |" in res.output and "| default | hybrid |" in res.output
+    assert "| default | rrf |" in res.output
     assert "bees R / IoU" in res.output
     doc = json.loads(out.with_suffix(".json").read_text())
     assert out.with_suffix(".png").stat().st_size > 1000
     assert [(r["label"], r["mode"]) for r in doc["results"]] == [
-        ("small", "vector"), ("small", "hybrid"), ("default", "vector"), ("default", "hybrid"),
+        ("small", "vector"), ("small", "hybrid"), ("small", "rrf"),
+        ("default", "vector"), ("default", "hybrid"), ("default", "rrf"),
     ]  # fmt: skip
     corpora = ev.load_corpora(FIXTURE / "corpora")
     for r in doc["results"]:
@@ -215,7 +217,7 @@ def test_chunkyard_eval_end_to_end(settings, tmp_path):
                 span = corpora[cid].text[s:e]
                 assert span and span == span.strip()
     small = doc["results"][0]
-    assert small["chunks"]["count"] > doc["results"][2]["chunks"]["count"]
+    assert small["chunks"]["count"] > doc["results"][3]["chunks"]["count"]  # the default: bigger chunks
     assert small["ann_agreement"] == 1.0
     # the throwaway collections are gone
     with db.connection(settings.database_url) as conn:
@@ -281,5 +283,5 @@ def test_hybrid_search_matches_any_word_of_a_question(settings, conn):
     off_topic = get_embedder(settings.model).encode(["honey bee colonies and their queens"])[0]
     vector = store.search(conn, "default", off_topic, k=3)
     assert all("bees" in h.source_uri for h in vector)
-    hybrid = store.search(conn, "default", off_topic, k=3, query_text=question, hybrid=True)
+    hybrid = store.search(conn, "default", off_topic, k=3, query_text=question, mode="hybrid")
     assert any("Track circuits detect trains" in h.text for h in hybrid)

@@ -1,0 +1,181 @@
+"""The SQL search functions users call: BM25 full text, hybrid fusion, and the schema upgrade they need."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from pipeline import db, store
+from pipeline.cli import app
+from pipeline.embed import get_embedder
+from pipeline.errors import ConfigError
+from pipeline.ingest import run_ingest
+
+DOCS = {
+    "keys.txt": "Rotating the API keys every quarter keeps the service safe.",
+    "service.txt": "The service runs every day. The service is safe. The service restarts at night.",
+    "bees.txt": "Honey bee colonies raise a new queen when the old one fails.",
+}
+
+
+@pytest.fixture
+def small(tmp_path, settings):
+    folder = tmp_path / "small"
+    folder.mkdir()
+    for name, text in DOCS.items():
+        (folder / name).write_text(text + "\n", encoding="utf-8")
+    run_ingest([folder], settings=settings)
+    return folder
+
+
+def _bm25_by_hand(conn, query: str, k1: float = 1.2, b: float = 0.75) -> dict[int, float]:
+    """Okapi BM25 of every chunk, computed here from the stored full-text vectors."""
+    rows = conn.execute("SELECT id, tsv::text FROM chunks").fetchall()
+    terms = {
+        r[0]
+        for r in conn.execute("SELECT lexeme FROM unnest(to_tsvector('english', %s))", (query,)).fetchall()
+    }
+    tf: dict[int, dict[str, int]] = {}
+    for cid, tsv in rows:
+        counts = {}
+        for lex, n in conn.execute(
+            "SELECT lexeme, coalesce(array_length(positions, 1), 1) FROM unnest(%s::tsvector)", (tsv,)
+        ).fetchall():
+            counts[lex] = n
+        tf[cid] = counts
+    n_docs = len(tf)
+    avgdl = sum(sum(c.values()) for c in tf.values()) / n_docs
+    scores = {}
+    for cid, counts in tf.items():
+        dl = sum(counts.values())
+        s = 0.0
+        for t in terms:
+            df = sum(1 for c in tf.values() if t in c)
+            if t in counts:
+                idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+                f = counts[t]
+                s += idf * f * (k1 + 1) / (f + k1 * (1 - b + b * dl / avgdl))
+        if s > 0:
+            scores[cid] = s
+    return scores
+
+
+def test_fulltext_is_bm25_with_english_stemming(small, conn):
+    # "rotate" and "keys" match "Rotating" and "keys" only through stemming
+    hits = store.search(conn, "default", None, k=3, query_text="how do I rotate a key?", mode="fulltext")
+    assert [h.source_uri.rsplit("/", 1)[-1] for h in hits] == ["keys.txt"]
+    # a rare word outweighs a frequent one: "quarter" (1 chunk) beats "service" said three times in another
+    query = "service quarter"
+    hits = store.search(conn, "default", None, k=3, query_text=query, mode="fulltext")
+    assert hits[0].source_uri.endswith("keys.txt")
+    assert hits[1].source_uri.endswith("service.txt")
+    expected = _bm25_by_hand(conn, query)
+    assert {h.chunk_id: pytest.approx(h.score, rel=1e-9) for h in hits} == expected
+    # no indexed word (stop words only): nothing, not everything
+    assert store.search(conn, "default", None, k=3, query_text="the and of", mode="fulltext") == []
+
+
+def test_fts_statistics_are_stored_after_each_run(small, tmp_path, settings, conn):
+    def stats():
+        return conn.execute(
+            """SELECT col.fts_chunks, col.fts_avg_len,
+                      (SELECT count(*) FROM chunks c WHERE c.collection_id = col.id)
+               FROM collections col WHERE name = 'default'"""
+        ).fetchone()
+
+    n, avg_len, chunks = stats()
+    assert n == chunks == 3 and avg_len > 3
+    (small / "more.txt").write_text("Another small file about keys and locks.\n", encoding="utf-8")
+    run_ingest([small], settings=settings)
+    n, _, chunks = stats()
+    assert n == chunks == 4
+
+
+def test_hybrid_fusions(small, settings, conn):
+    emb = get_embedder(settings.model)
+    off_topic = emb.encode(["honey bee colonies and their queens"])[0]
+    assert store.search(conn, "default", off_topic, k=1)[0].source_uri.endswith("bees.txt")
+    for mode in ("hybrid", "rrf"):
+        hits = store.search(conn, "default", off_topic, k=3, query_text="rotating keys quarterly", mode=mode)
+        assert len(hits) == 3
+        uris = [h.source_uri.rsplit("/", 1)[-1] for h in hits]
+        assert "keys.txt" in uris[:2], (mode, uris)  # lifted by its words, though far in vector space
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    # full-text matches nothing: hybrid is the vector ranking
+    hits = store.search(conn, "default", off_topic, k=3, query_text="zzzz", mode="hybrid")
+    assert [h.chunk_id for h in hits] == [h.chunk_id for h in store.search(conn, "default", off_topic, k=3)]
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="p_fusion must be"):
+        conn.execute(
+            "SELECT * FROM chunkyard_hybrid_search('default', %s, 'keys', 5, false, p_fusion => 'max')",
+            (off_topic,),
+        )
+
+
+def test_search_cli_modes(small):
+    runner = CliRunner()
+    res = runner.invoke(app, ["search", "rotate keys", "-k", "1"])  # hybrid by default
+    assert res.exit_code == 0, res.output
+    assert "keys.txt" in res.output
+    res = runner.invoke(app, ["search", "rotate keys", "-k", "1", "--mode", "fulltext"])
+    assert res.exit_code == 0 and "keys.txt" in res.output
+    res = runner.invoke(app, ["search", "rotate keys", "--mode", "bm99"])
+    assert isinstance(res.exception, ConfigError) and "--mode 'bm99'" in str(res.exception)  # exit 2 in main()
+
+
+def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
+    """A database made by version 1 (ts_rank RRF, 'simple' full text) upgrades in place, rows kept."""
+    from psycopg import sql
+
+    from tests.conftest import _with_db
+
+    name = "upgrade_v1"
+    with psycopg.connect(pg_server, autocommit=True) as c:
+        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = _with_db(pg_server, name)
+    first = [p for p in db.migration_files() if p.name.startswith("001_")]
+    with monkeypatch.context() as m:
+        m.setattr(db, "migration_files", lambda: first)
+        m.setattr(db, "function_files", lambda: [])
+        with psycopg.connect(url) as c:
+            db.migrate(c)
+            # version 1's hybrid function signature, and one stored chunk
+            c.execute(
+                """CREATE FUNCTION chunkyard_hybrid_search(text, vector, text, integer DEFAULT 5,
+                       boolean DEFAULT false, integer DEFAULT 60, integer DEFAULT 50)
+                   RETURNS TABLE (chunk_id bigint) LANGUAGE sql AS $$ SELECT 1::bigint $$"""
+            )
+            c.execute(
+                """WITH col AS (INSERT INTO collections (name, profile, model, dim)
+                                VALUES ('old', '{}', 'm', 384) RETURNING id),
+                        doc AS (INSERT INTO documents (collection_id, source_uri, content_hash, text_hash,
+                                    doc_type, chunk_key, mime, normalized_text)
+                                SELECT id, 'file:///a.txt', 'h', 'h', 'text', 'k', 'text/plain',
+                                       'Rotating keys' FROM col RETURNING id, collection_id),
+                        sec AS (INSERT INTO sections (document_id, ordinal, content_hash, fingerprint,
+                                    char_start, char_end)
+                                SELECT id, 0, 'h', 'f', 0, 13 FROM doc RETURNING id, document_id)
+                   INSERT INTO chunks (section_id, document_id, collection_id, ordinal, text, content_hash,
+                                       embed_hash, char_start, char_end, token_count, model, embedding)
+                   SELECT sec.id, doc.id, doc.collection_id, 0, 'Rotating keys', 'h', 'h', 0, 13, 2, 'm',
+                          array_fill(0.1, ARRAY[384])::vector
+                   FROM sec JOIN doc ON doc.id = sec.document_id"""
+            )
+            c.commit()
+    with psycopg.connect(url) as c:
+        assert db.migrate(c) == ["002_bm25.sql"]
+        c.commit()
+    with db.connection(url) as c:
+        assert c.execute("SELECT tsv::text FROM chunks").fetchone()[0] == "'key':2 'rotat':1"
+        n = c.execute("SELECT count(*) FROM pg_proc WHERE proname = 'chunkyard_hybrid_search'").fetchone()[0]
+        assert n == 1  # the old signature is gone: calls are not ambiguous
+        hits = store.search(
+            c, "old", np.full(384, 0.1, dtype=np.float32), k=1, query_text="rotate", mode="hybrid"
+        )
+        assert [h.text for h in hits] == ["Rotating keys"]
+    with psycopg.connect(pg_server, autocommit=True) as c:
+        c.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
