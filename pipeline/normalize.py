@@ -148,7 +148,7 @@ def normalize(src: SourceFile, data: bytes, *, section_tokens: int = 1024) -> Do
         text=text,
         sections=sections,
         language=src.language,
-        title=title or src.path.stem,
+        title=title,  # from the document itself (H1, <title>); a file name says too little to embed
         warnings=warnings,
         raw_hash=sha256(data),
         mime=mime,
@@ -195,6 +195,10 @@ class _Lines:
         return self.starts[line] if line < len(self.starts) else self.n
 
 
+#: A markdown document's first H1 is its title only if it starts within this many characters.
+TITLE_WITHIN = 1000
+
+
 def parse_markdown(text: str) -> tuple[list[Section], str]:
     """Sections from ATX/setext headings (markdown-it-py); fences and tables recorded as atomic."""
     from markdown_it import MarkdownIt
@@ -206,7 +210,8 @@ def parse_markdown(text: str) -> tuple[list[Section], str]:
     atomic: list[tuple[int, int]] = []
     for i, tok in enumerate(tokens):
         if tok.type == "heading_open" and tok.map and tok.level == 0:
-            title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
+            # a setext heading can underline a whole paragraph: one line of at most 200 characters
+            title = " ".join(tokens[i + 1].content.split())[:200] if i + 1 < len(tokens) else ""
             heads.append((lines.offset(tok.map[0]), int(tok.tag[1]), title))
         elif tok.type in ("fence", "code_block", "table_open", "html_block") and tok.map:
             atomic.append((lines.offset(tok.map[0]), _rstrip_to(text, lines.offset(tok.map[1]))))
@@ -223,7 +228,10 @@ def parse_markdown(text: str) -> tuple[list[Section], str]:
         sections.append(Section(off, end, level, tuple(t for _, t in path), "heading"))
     for s in sections:
         s.atomic = [(a, b) for a, b in atomic if a >= s.start and b <= s.end]
-    doc_title = next((t for _, lvl, t in heads if lvl == 1), "")
+    # The title is an H1 that is the first heading, near the top (a badge line may precede it). An H1 deep in
+    # the text (in a file that is not really markdown, a paragraph underlined by a stray "=") would otherwise
+    # be embedded with every chunk of the document.
+    doc_title = heads[0][2] if heads and heads[0][1] == 1 and heads[0][0] <= TITLE_WITHIN else ""
     return sections, doc_title
 
 

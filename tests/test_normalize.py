@@ -145,7 +145,18 @@ def test_long_text_gets_content_defined_sections_robust_to_insertion():
     doc = normalize(_src("long.txt"), text.encode(), section_tokens=512)
     assert len(doc.sections) > 5
     before = {doc.text[s.start : s.end] for s in doc.sections}
-    doc2 = normalize(_src("long.txt"), ("A brand new opening paragraph.\n\n" + text).encode(), section_tokens=512)
+    doc2 = normalize(
+        _src("long.txt"), ("A brand new opening paragraph.\n\n" + text).encode(), section_tokens=512
+    )
     after = {doc2.text[s.start : s.end] for s in doc2.sections}
     # only the first section or two change when a paragraph is inserted at the top
     assert len(before - after) <= 2, (len(before), len(before - after))
+
+
+def test_markdown_title_is_an_h1_near_the_top_only():
+    # a plain-text file saved as .md: a stray "=" under a paragraph deep down makes a setext H1
+    body = "Some plain prose. " * 80 + "\n\nFigure 1 shows\nthe curves\n =\nmore text\n"
+    doc = normalize(_src("notes.md"), body.encode())
+    assert doc.title == ""  # not the figure caption (and a file name is not embedded as a title)
+    heading = [s.heading_path for s in doc.sections if s.heading_path]
+    assert heading == [("Figure 1 shows the curves",)]  # one line, whitespace collapsed

@@ -186,7 +186,7 @@ class CodeChunker(Chunker):
         if p is None:  # not code: the plain heading context, as short as everywhere else
             base = super().context_for(doc, section, span)
             return clip_context(self.model, MAX_CONTEXT_TOKENS, base) if base else base
-        name = section.heading_path[0] if section.heading_path else doc.title
+        name = section.heading_path[0] if section.heading_path else doc.title or doc.uri.rsplit("/", 1)[-1]
         head = [f"# {name}"] if name else []
         sigs = p.signatures(span[0])
         budget = self.context_tokens - self.model_counter.count("\n".join(head + sigs))
