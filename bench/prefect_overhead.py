@@ -68,7 +68,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--files", nargs="*", help="only these file names from the corpus")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per mode (the median is reported, with min-max)")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs per mode (the median is reported, with min-max)"
+    )
     ap.add_argument("--tasks", type=int, default=100, help="empty tasks for the per-task cost")
     ap.add_argument("--database-url", default=None)
     args = ap.parse_args()
@@ -148,7 +150,9 @@ def main() -> None:
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, (wall, info) in results.items():
         rel = "-" if wall == base else f"{(wall - base) / base * 100:+.1f}%"
-        print(f"| {name} | {wall:.1f} | {min(walls[name]):.1f}-{max(walls[name]):.1f} | {rel} | {info.get('tasks', '-')} |")
+        print(
+            f"| {name} | {wall:.1f} | {min(walls[name]):.1f}-{max(walls[name]):.1f} | {rel} | {info.get('tasks', '-')} |"
+        )
     print()
     print(f"temporary Prefect server start (first flow call in a process): {startup:.1f} s")
     print(f"a flow run with one empty task: {one:.2f} s (flow-run overhead)")

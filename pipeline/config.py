@@ -163,12 +163,14 @@ class Profile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Practical defaults: docs heading-aware at ~512 cl100k, no overlap; prose recursive with ~10% overlap;
-    # code by syntax tree, 256, no overlap; chat 4 turns. The model's input limit (254 word pieces for
-    # all-MiniLM-L6-v2, context included) is enforced on top, so it binds first for long blocks.
-    markdown: ChunkerConfig = MarkdownConfig(size=512, overlap=0)
-    html: ChunkerConfig = HtmlConfig(size=512, overlap=0)
-    text: ChunkerConfig = RecursiveConfig(size=200, overlap=20)
+    # Small children, measured (bench/eval_chroma.py, README "Evaluation"): 144 cl100k tokens without overlap
+    # retrieves as much of the answers as 250-token windows with hybrid search, in half the text (IoU 8.2 vs 3.5
+    # on Chroma's benchmark). The section they sit in is the parent a search returns as context (--parent).
+    # Code by syntax tree, 256; chat 4 turns. The model's input limit (254 word pieces for all-MiniLM-L6-v2,
+    # context included) is enforced on top.
+    markdown: ChunkerConfig = MarkdownConfig(size=144, overlap=0)
+    html: ChunkerConfig = HtmlConfig(size=144, overlap=0)
+    text: ChunkerConfig = RecursiveConfig(size=144, overlap=0)
     code: ChunkerConfig = CodeConfig(size=256)
     chat: ChunkerConfig = ChatConfig(max_turns=4, size=256)
     section_tokens: int = Field(
