@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import accumulate
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict, Unpack
 
 from pipeline.config import DEFAULT_MODEL, DEFAULT_SEPARATORS
 from pipeline.normalize import Document, Section
@@ -17,6 +17,27 @@ from pipeline.tokens import Counter, counter, model_max_tokens
 
 Span = tuple[int, int]
 Fits = Callable[[int, int], bool]
+
+
+class PackOptions(TypedDict, total=False):
+    """How `Chunker.pack` joins pieces.
+
+    `fits` replaces the chunker's own budget check. `overlap_units` / `overlap_items` repeat the end of a
+    chunk at the start of the next, in units or in pieces. `glue[k]` asks not to end a chunk after piece k
+    (a heading or a list's lead-in) when the chunk can end earlier instead. `max_items` and `overlap_items`
+    count pieces, or the distinct `item_ids` of pieces (a chat turn cut into several pieces is still one
+    turn). A group (first, last) of pieces (a lead-in and its list items) starts a new chunk rather than
+    being cut, when it fits in one chunk but not in what is left of this one.
+    """
+
+    fits: Fits | None
+    overlap_units: int
+    overlap_items: int
+    max_items: int | None
+    item_ids: Sequence[int] | None
+    glue: Sequence[bool] | None
+    groups: Sequence[tuple[int, int]]
+
 
 #: The embedded context (title, heading path) never takes more than this many model word pieces.
 MAX_CONTEXT_TOKENS = 48
@@ -160,39 +181,10 @@ class Chunker(ABC):
         return recursive_spans(doc.text, a, b, fits, separators, section.atomic)
 
     def pack(
-        self,
-        doc: Document,
-        section: Section,
-        pieces: Sequence[Span],
-        *,
-        fits: Fits | None = None,
-        overlap_units: int = 0,
-        overlap_items: int = 0,
-        max_items: int | None = None,
-        item_ids: Sequence[int] | None = None,
-        glue: Sequence[bool] | None = None,
-        groups: Sequence[tuple[int, int]] = (),
+        self, doc: Document, section: Section, pieces: Sequence[Span], **options: Unpack[PackOptions]
     ) -> list[Span]:
-        """Greedily join contiguous pieces into chunks that fit; overlap in units or in pieces.
-
-        `glue[k]` asks not to end a chunk after piece k (a heading or a list's lead-in) when the chunk
-        can end earlier instead. `max_items` and `overlap_items` count pieces, or the distinct
-        `item_ids` of pieces (a chat turn cut into several pieces is still one turn). A group (first, last) of pieces (a lead-in and its list items) starts
-        a new chunk rather than being cut, when it fits in one chunk but not in what is left of this one.
-        """
-        groups = self.pack_indices(
-            doc,
-            section,
-            pieces,
-            fits=fits,
-            overlap_units=overlap_units,
-            overlap_items=overlap_items,
-            max_items=max_items,
-            item_ids=item_ids,
-            glue=glue,
-            groups=groups,
-        )
-        return [(pieces[i][0], pieces[j][1]) for i, j in groups]
+        """Greedily join contiguous pieces into chunks that fit; overlap in units or in pieces (`PackOptions`)."""
+        return [(pieces[i][0], pieces[j][1]) for i, j in self.pack_indices(doc, section, pieces, **options)]
 
     def pack_indices(
         self,
@@ -208,7 +200,7 @@ class Chunker(ABC):
         glue: Sequence[bool] | None = None,
         groups: Sequence[tuple[int, int]] = (),
     ) -> list[tuple[int, int]]:
-        """`pack`, as (first, last) piece indices of each chunk."""
+        """`pack`, as (first, last) piece indices of each chunk; the options are `PackOptions`."""
         if not pieces:
             return []
         text = doc.text
