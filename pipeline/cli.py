@@ -56,18 +56,23 @@ def _profile(profile: Path | None, strategy: str | None, params: list[str] | Non
     return load_profile(profile)
 
 
+#: Options several commands share, declared once.
+CollectionOpt = Annotated[str, typer.Option("--collection", "-c")]
+ProfileOpt = Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")]
+StrategyOpt = Annotated[str | None, typer.Option(help="One strategy for every document type.")]
+ParamOpt = Annotated[list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")]
+
+
 # ------------------------------------------------------------------------------------------ ingest
 
 
 @app.command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to ingest.")],
-    collection: Annotated[str, typer.Option("--collection", "-c")] = "default",
-    profile: Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")] = None,
-    strategy: Annotated[str | None, typer.Option(help="One strategy for every document type.")] = None,
-    param: Annotated[
-        list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")
-    ] = None,
+    collection: CollectionOpt = "default",
+    profile: ProfileOpt = None,
+    strategy: StrategyOpt = None,
+    param: ParamOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
     prune: Annotated[bool, typer.Option(help="Delete rows of files gone from the given folders.")] = True,
     soft_delete: Annotated[
@@ -218,7 +223,7 @@ def _print_summary(s: dict) -> None:
 def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     k: Annotated[int, typer.Option("-k", help="How many chunks.")] = 5,
-    collection: Annotated[str, typer.Option("--collection", "-c")] = "default",
+    collection: CollectionOpt = "default",
     mode: Annotated[
         str,
         typer.Option(
@@ -320,10 +325,8 @@ def chunk(
     strategy: Annotated[
         str | None, typer.Option(help="Strategy; default: what the profile's router picks.")
     ] = None,
-    param: Annotated[
-        list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")
-    ] = None,
-    profile: Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")] = None,
+    param: ParamOpt = None,
+    profile: ProfileOpt = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Print the chunks of one file with offsets and token counts, for tuning a profile."""
@@ -495,12 +498,10 @@ def _finish(result: dict, as_json: bool) -> None:
 @app.command()
 def backfill(
     sources: Annotated[list[str], typer.Argument(help="Files, folders or glob patterns ('docs/**/*.md').")],
-    collection: Annotated[str, typer.Option("--collection", "-c")] = "default",
-    profile: Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")] = None,
-    strategy: Annotated[str | None, typer.Option(help="One strategy for every document type.")] = None,
-    param: Annotated[
-        list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")
-    ] = None,
+    collection: CollectionOpt = "default",
+    profile: ProfileOpt = None,
+    strategy: StrategyOpt = None,
+    param: ParamOpt = None,
     since: Annotated[datetime | None, typer.Option(help="Only files modified at or after this time.")] = None,
     until: Annotated[datetime | None, typer.Option(help="Only files modified before this time.")] = None,
     prune: Annotated[
@@ -534,10 +535,8 @@ def reindex(
     profile: Annotated[
         Path | None, typer.Option(help="New chunking profile (TOML); default: stored.")
     ] = None,
-    strategy: Annotated[str | None, typer.Option(help="One strategy for every document type.")] = None,
-    param: Annotated[
-        list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")
-    ] = None,
+    strategy: StrategyOpt = None,
+    param: ParamOpt = None,
     workers: _Workers = 0,
     dask_address: _DaskAddress = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
@@ -553,7 +552,7 @@ def prune_cmd(
     paths: Annotated[
         list[Path] | None, typer.Argument(help="Only documents under these paths (default: all).")
     ] = None,
-    collection: Annotated[str, typer.Option("--collection", "-c")] = "default",
+    collection: CollectionOpt = "default",
     soft: Annotated[bool, typer.Option(help="Mark deleted instead of deleting.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
 ) -> None:
@@ -565,18 +564,16 @@ def prune_cmd(
 @app.command()
 def serve(
     paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders to re-ingest.")] = None,
-    collection: Annotated[str, typer.Option("--collection", "-c")] = "default",
+    collection: CollectionOpt = "default",
     every: Annotated[str | None, typer.Option(help="Interval: 30s, 15m, 1h30m, 1d.")] = None,
     cron: Annotated[str | None, typer.Option(help="Cron schedule, e.g. '*/15 * * * *'.")] = None,
     name: Annotated[str | None, typer.Option(help="Deployment name (default ingest-COLLECTION).")] = None,
     sources: Annotated[
         Path | None, typer.Option(help="TOML file of [[source]] tables (paths, collection, every|cron).")
     ] = None,
-    profile: Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")] = None,
-    strategy: Annotated[str | None, typer.Option(help="One strategy for every document type.")] = None,
-    param: Annotated[
-        list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")
-    ] = None,
+    profile: ProfileOpt = None,
+    strategy: StrategyOpt = None,
+    param: ParamOpt = None,
     prune: Annotated[bool, typer.Option(help="Delete rows of files gone from the folders.")] = True,
     workers: _Workers = 0,
     dask_address: _DaskAddress = None,
