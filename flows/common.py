@@ -55,37 +55,28 @@ def retry_transient(task: Any, task_run: Any, state: State) -> bool:
     return False
 
 
-@task(
-    name="ingest-batch",
+#: Every task: no result caching (each call does real work), retries only for transient failures.
+TASK_OPTIONS: dict = dict(
     cache_policy=NO_CACHE,
     retries=len(RETRY_DELAYS),
     retry_delay_seconds=RETRY_DELAYS,
     retry_condition_fn=retry_transient,
 )
+
+
+@task(name="ingest-batch", **TASK_OPTIONS)
 def ingest_batch_task(ctx: stages.RunContext, paths: list[str]) -> dict:
     """One batch of files through load..store (one transaction per document); stats as JSON."""
     return stages.ingest_batch(ctx, paths).to_json()
 
 
-@task(
-    name="prune",
-    cache_policy=NO_CACHE,
-    retries=len(RETRY_DELAYS),
-    retry_delay_seconds=RETRY_DELAYS,
-    retry_condition_fn=retry_transient,
-)
+@task(name="prune", **TASK_OPTIONS)
 def prune_task(ctx: stages.RunContext, roots: list[str], seen: list[str], soft: bool) -> dict:
     """Delete rows of files under `roots` that this run did not see."""
     return stages.prune_missing(ctx, roots, set(seen), soft=soft).to_json()
 
 
-@task(
-    name="prune-vanished",
-    cache_policy=NO_CACHE,
-    retries=len(RETRY_DELAYS),
-    retry_delay_seconds=RETRY_DELAYS,
-    retry_condition_fn=retry_transient,
-)
+@task(name="prune-vanished", **TASK_OPTIONS)
 def prune_vanished_task(ctx: stages.RunContext, roots: list[str], soft: bool) -> dict:
     """Delete rows of documents whose source file is gone."""
     return stages.prune_vanished(ctx, roots=roots, soft=soft).to_json()
