@@ -126,6 +126,18 @@ def run(configs: dict[str, str], name: str, *, k: int, modes: tuple[str, ...]) -
     return doc
 
 
+def add_search_option(ap: argparse.ArgumentParser, default: str) -> None:
+    """`--search MODE` (repeatable), one of the search modes `chunkyard eval` scores."""
+    from pipeline.store import SEARCH_MODES
+
+    ap.add_argument(
+        "--search",
+        action="append",
+        choices=SEARCH_MODES,
+        help=f"Search modes to score (repeatable; default: {default}).",
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("set", choices=["published", "target", "specs"])
@@ -133,12 +145,7 @@ def main() -> None:
     ap.add_argument("--only", action="append", default=[], help="Run only these labels of the set.")
     ap.add_argument("--name", help="Results file name under bench/results/.")
     ap.add_argument("-k", type=int, default=5)
-    ap.add_argument(
-        "--search",
-        action="append",
-        choices=["vector", "fulltext", "hybrid", "rrf"],
-        help="Search modes to score (repeatable; default: vector for `published`, else vector, hybrid, rrf).",
-    )
+    add_search_option(ap, "vector for `published`, else vector, hybrid, rrf")
     a = ap.parse_args()
     if a.set == "published":
         configs = dict(PUBLISHED_CONFIGS)

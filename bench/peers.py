@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from eval_chroma import data_dir, published, reference_points  # noqa: E402
+from eval_chroma import add_search_option, data_dir, published, reference_points  # noqa: E402
 
 from pipeline import evaluate as ev  # noqa: E402
 from pipeline.config import Settings  # noqa: E402
@@ -231,12 +231,7 @@ def main() -> None:
     )
     ap.add_argument("--name", help="Results file name under bench/results/.")
     ap.add_argument("-k", type=int, default=5)
-    ap.add_argument(
-        "--search",
-        action="append",
-        choices=["vector", "fulltext", "hybrid", "rrf"],
-        help="Search modes to score (repeatable; default: vector, hybrid, rrf; controls: vector).",
-    )
+    add_search_option(ap, "vector, hybrid, rrf; with --controls: vector")
     a = ap.parse_args()
     table = CONTROLS if a.controls else PEERS
     names = a.only or list(table)
