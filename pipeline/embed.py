@@ -11,7 +11,7 @@ from functools import lru_cache
 import numpy as np
 
 from pipeline.config import DEFAULT_MODEL
-from pipeline.sources import sha256
+from pipeline.model import embed_hash
 from pipeline.tokens import model_path
 
 log = logging.getLogger(__name__)
@@ -76,11 +76,6 @@ def get_embedder(model: str = DEFAULT_MODEL, device: str | None = None, batch_si
     """One loaded model per process, also when several task threads ask at once."""
     with _lock:
         return _load(model, device, batch_size)
-
-
-def embed_hash(text: str) -> str:
-    """Cache key of an embedded text."""
-    return sha256(text)
 
 
 def embed_with_cache(

@@ -538,8 +538,7 @@ def spans_indexer(
     from pipeline.chunkers.base import Chunk
     from pipeline.embed import embed_hash, embed_with_cache, get_embedder
     from pipeline.incremental import SectionPlan
-    from pipeline.normalize import Document, Section
-    from pipeline.sources import sha256
+    from pipeline.model import Document, Section, sha256
     from pipeline.tokens import counter
 
     _SpanChunk = _span_chunk_class()

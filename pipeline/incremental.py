@@ -3,39 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
 
-from pipeline.normalize import Document, Section
-from pipeline.sources import sha256
-
-
-@dataclass(frozen=True)
-class StoredSection:
-    """What the diff needs to know about a stored section."""
-
-    id: int
-    fingerprint: str
-    char_start: int
-    chunk_count: int = 0
-
-
-@dataclass
-class SectionPlan:
-    """For one document: which stored sections survive (and where they moved), which are new, which go."""
-
-    keep: list[tuple[int, int, int]] = field(default_factory=list)  # (new index, stored id, offset delta)
-    new: list[int] = field(default_factory=list)  # indices into doc.sections to chunk and embed
-    delete: list[int] = field(default_factory=list)  # stored section ids
-    deleted_chunks: int = 0
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.new or self.delete)
-
-
-def section_hash(doc: Document, section: Section) -> str:
-    """sha256 of the section's text."""
-    return sha256(doc.text[section.start : section.end])
+from pipeline.model import Document, Section, SectionPlan, StoredSection, section_hash, sha256
 
 
 def fingerprint(doc: Document, section: Section, chunk_key: str) -> str:

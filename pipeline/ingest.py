@@ -16,13 +16,13 @@ from pathlib import Path
 import psycopg
 
 from pipeline import db, store
-from pipeline.chunkers.base import Chunk
 from pipeline.chunkers.router import Router
 from pipeline.config import Profile, Settings
-from pipeline.embed import embed_hash, embed_with_cache, get_embedder
+from pipeline.embed import embed_with_cache, get_embedder
 from pipeline.errors import InputError, SkipFile, TransientError
-from pipeline.incremental import SectionPlan, fingerprint, plan_sections
-from pipeline.normalize import Document, normalize
+from pipeline.incremental import fingerprint, plan_sections
+from pipeline.model import Chunk, Document, SectionPlan, StoredDocument, embed_hash
+from pipeline.normalize import normalize
 from pipeline.sources import SourceFile, discover, read_bytes, source_uri
 
 #: Progress callback: (stage, items done now, new total or None).
@@ -340,7 +340,7 @@ def ingest_batch(ctx: RunContext, paths: Sequence[str]) -> Stats:
     return stats
 
 
-def is_unchanged(old: store.StoredDocument | None, data: bytes, router: Router) -> bool:
+def is_unchanged(old: StoredDocument | None, data: bytes, router: Router) -> bool:
     """Same bytes and same chunk settings as stored: the one rule for skipping a file unparsed."""
     return bool(
         old
@@ -351,7 +351,7 @@ def is_unchanged(old: store.StoredDocument | None, data: bytes, router: Router) 
 
 
 def _raw_hash(data: bytes) -> str:
-    from pipeline.sources import sha256
+    from pipeline.model import sha256
 
     return sha256(data)
 

@@ -6,47 +6,11 @@ import bisect
 import codecs
 import re
 import unicodedata
-from dataclasses import dataclass, field
 
 from pipeline.errors import InputError, SkipFile
-from pipeline.sources import SourceFile, sha256
+from pipeline.model import Document, Section, sha256
+from pipeline.sources import SourceFile
 from pipeline.tokens import counter
-
-
-@dataclass
-class Section:
-    """A parent: a character range of the normalized text with its place in the heading tree."""
-
-    start: int
-    end: int
-    level: int = 0
-    heading_path: tuple[str, ...] = ()
-    kind: str = "body"
-    parent: int | None = None  # index into Document.sections
-    atomic: list[tuple[int, int]] = field(default_factory=list)  # absolute ranges never split
-
-    def text(self, doc_text: str) -> str:
-        return doc_text[self.start : self.end]
-
-
-@dataclass
-class Document:
-    """A normalized document: the text every offset points into, and its sections in order."""
-
-    uri: str
-    doc_type: str
-    text: str
-    sections: list[Section]
-    language: str | None = None
-    title: str = ""
-    warnings: list[str] = field(default_factory=list)
-    raw_hash: str = ""
-    mime: str = "text/plain"
-
-    @property
-    def text_hash(self) -> str:
-        return sha256(self.text)
-
 
 # --------------------------------------------------------------------------------------------- decode
 

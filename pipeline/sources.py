@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -131,10 +130,3 @@ def read_bytes(src: SourceFile) -> bytes:
         raise InputError(src.uri, "permission denied: make the file readable for this user") from exc
     except OSError as exc:
         raise InputError(src.uri, f"cannot read file ({exc.strerror or exc})") from exc
-
-
-def sha256(data: bytes | str) -> str:
-    """Hex sha256 of bytes, or of a string's UTF-8 encoding."""
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    return hashlib.sha256(data).hexdigest()

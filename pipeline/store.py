@@ -11,32 +11,21 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from pipeline.chunkers.base import Chunk
-from pipeline.embed import embed_hash
 from pipeline.errors import ConfigError, DatabaseError
-from pipeline.incremental import SectionPlan, StoredSection, section_hash
-from pipeline.normalize import Document
-from pipeline.sources import sha256
+from pipeline.model import (
+    Chunk,
+    Collection,
+    Document,
+    SectionPlan,
+    StoredDocument,
+    StoredSection,
+    embed_hash,
+    section_hash,
+    sha256,
+)
 
 #: The dimension of chunks.embedding in the schema.
 SCHEMA_DIM = 384
-
-
-@dataclass(frozen=True)
-class Collection:
-    id: int
-    name: str
-    profile: dict
-    model: str
-
-
-@dataclass(frozen=True)
-class StoredDocument:
-    id: int
-    content_hash: str
-    chunk_key: str
-    deleted: bool
-    doc_type: str
 
 
 def as_array(v) -> np.ndarray:

@@ -6,16 +6,14 @@ import threading
 from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import accumulate
 from typing import Any, ClassVar, TypedDict, Unpack
 
 from pipeline.config import DEFAULT_MODEL, DEFAULT_SEPARATORS
-from pipeline.normalize import Document, Section
+from pipeline.model import Chunk, Document, Section, Span
 from pipeline.tokens import Counter, counter, model_max_tokens
 
-Span = tuple[int, int]
 Fits = Callable[[int, int], bool]
 
 
@@ -44,23 +42,6 @@ MAX_CONTEXT_TOKENS = 48
 
 #: Word pieces of the "\n\n" that joins context and text: none (BERT pre-tokenizes on whitespace).
 _JOIN_COST = 0
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """A child: an exact span of the document's normalized text, plus what is embedded with it."""
-
-    start: int
-    end: int
-    text: str
-    token_count: int
-    context: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def embed_text(self) -> str:
-        """What the model sees: the context (if any) and the span text."""
-        return f"{self.context}\n\n{self.text}" if self.context else self.text
 
 
 class Chunker(ABC):

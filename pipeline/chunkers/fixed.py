@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from pipeline.chunkers.base import Chunker, Fits, Span, strip_span
-from pipeline.normalize import Document, Section
+from pipeline.model import Document, Section
 
 _WORD = re.compile(r"\S+")
 

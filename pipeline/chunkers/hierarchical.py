@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.chunkers.base import Span
 from pipeline.chunkers.recursive import RecursiveChunker
-from pipeline.normalize import Document, Section
+from pipeline.model import Document, Section
 
 
 class HierarchicalChunker(RecursiveChunker):

@@ -7,7 +7,7 @@ normalize drops boilerplate (nav, footer, cookie banners, ...), makes h1-h6 the 
 from __future__ import annotations
 
 from pipeline.chunkers.markdown import MarkdownChunker, line_spans
-from pipeline.normalize import Section
+from pipeline.model import Section
 
 
 class HtmlChunker(MarkdownChunker):

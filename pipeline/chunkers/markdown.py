@@ -14,7 +14,7 @@ import re
 from typing import Any, ClassVar
 
 from pipeline.chunkers.base import MAX_CONTEXT_TOKENS, Chunker, Fits, Span, clip_context, strip_span
-from pipeline.normalize import Document, Section
+from pipeline.model import Document, Section
 
 Block = tuple[int, int, str]  # start, end, kind
 

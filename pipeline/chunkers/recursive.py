@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline.chunkers.base import Chunker, Span
-from pipeline.normalize import Document, Section
+from pipeline.model import Document, Section
 
 
 class RecursiveChunker(Chunker):

@@ -15,7 +15,7 @@ import numpy as np
 from pipeline.chunkers.base import Chunk, Fits, Span
 from pipeline.chunkers.sentence import SentenceChunker
 from pipeline.config import DEFAULT_MODEL
-from pipeline.normalize import Document, Section
+from pipeline.model import Document, Section
 
 #: Decimals kept of a cosine distance: float noise between batch shapes stays below this.
 _DECIMALS = 4

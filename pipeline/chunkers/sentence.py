@@ -13,7 +13,7 @@ from __future__ import annotations
 import pysbd
 
 from pipeline.chunkers.base import Chunker, Fits, Span, strip_span
-from pipeline.normalize import Document, Section
+from pipeline.model import Document, Section
 
 #: pysbd's languages; anything else falls back to English rules (which also cut at 。！？).
 PYSBD_LANGUAGES = frozenset(pysbd.languages.LANGUAGE_CODES)
