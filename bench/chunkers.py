@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline.chunkers import REGISTRY  # noqa: E402
 from pipeline.config import _ADAPTER  # noqa: E402
-from pipeline.normalize import Document, normalize  # noqa: E402
+from pipeline.model import Document  # noqa: E402
+from pipeline.normalize import normalize  # noqa: E402
 from pipeline.sources import SourceFile, detect, source_uri  # noqa: E402
 from pipeline.tokens import counter, model_max_tokens, seed_tiktoken_cache, tiktoken_encoding  # noqa: E402
 

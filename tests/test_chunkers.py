@@ -20,7 +20,10 @@ from hypothesis import strategies as st
 from pipeline.chunkers import REGISTRY, Chunker
 from pipeline.chunkers.router import Router
 from pipeline.config import _ADAPTER, ChunkerConfig, Profile, strategy_profile
-from pipeline.normalize import Document, Section, parse_code, parse_html, parse_markdown
+from pipeline.model import Document, Section
+from pipeline.parse.code import parse_code
+from pipeline.parse.html import parse_html
+from pipeline.parse.markdown import parse_markdown
 from pipeline.tokens import counter, model_max_tokens
 
 UNITS = ("cl100k_base", "o200k_base", "model", "chars", "words")

@@ -24,7 +24,8 @@ from pipeline.config import (
     SemanticConfig,
     SentenceConfig,
 )
-from pipeline.normalize import Document, Section, normalize
+from pipeline.model import Document, Section
+from pipeline.normalize import normalize
 from pipeline.sources import SourceFile, detect, source_uri
 from pipeline.tokens import counter, tiktoken_encoding
 

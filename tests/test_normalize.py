@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from pipeline.errors import InputError, SkipFile
 from pipeline.normalize import clean, decode, normalize
-from pipeline.sources import SourceFile, detect, source_uri
+from pipeline.parse import parse, registered
+from pipeline.sources import SUFFIXES, SourceFile, detect, source_uri
 
 
 def _src(path: str) -> SourceFile:
@@ -160,3 +161,13 @@ def test_markdown_title_is_an_h1_near_the_top_only():
     assert doc.title == ""  # not the figure caption (and a file name is not embedded as a title)
     heading = [s.heading_path for s in doc.sections if s.heading_path]
     assert heading == [("Figure 1 shows the curves",)]  # one line, whitespace collapsed
+
+
+def test_every_source_document_type_has_a_parser_and_an_unknown_type_is_a_clear_error():
+    parsers = registered()
+    for suffix, (doc_type, _) in SUFFIXES.items():
+        assert doc_type in parsers, f"{suffix} is detected as {doc_type!r} but no parser is registered for it"
+    with pytest.raises(ValueError, match=r"no parser for document type 'pdf' \(registered: .*markdown"):
+        parse("pdf", "some text")
+    parsed = parse("text", "Just prose.")
+    assert (parsed.doc_type, parsed.mime, parsed.title) == ("text", "text/plain", "")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.chunkers.base import Chunker, Span, strip_span
-from pipeline.normalize import _TURN, Document, Section, chat_turns
+from pipeline.model import Document, Section
+from pipeline.parse.chat import TURN as _TURN
+from pipeline.parse.chat import chat_turns
 
 
 class ChatChunker(Chunker):

@@ -27,7 +27,8 @@ from pipeline.chunkers.base import (
     recursive_spans,
     strip_span,
 )
-from pipeline.normalize import CODE_DEFS, Document, Section, parse_tree
+from pipeline.model import Document, Section
+from pipeline.parse.code import CODE_DEFS, parse_tree
 
 #: Separators for a leaf node (or a non-code document) that is still over budget: lines first.
 CODE_SEPARATORS = ("\n\n", "\n", " ", "")
