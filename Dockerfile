@@ -21,7 +21,8 @@ COPY flows ./flows
 COPY sql ./sql
 COPY prefect.yaml ./
 
-# Editable, so sql/ is found next to the package; Prefect pinned to the server image's version.
-RUN pip install -e ".[dask]" "prefect==${PREFECT_VERSION}"
+# A normal install: the wheel carries sql/ (as pipeline.sql). The sources stay in /app for prefect.yaml's
+# entrypoints (flows/*.py); Prefect pinned to the server image's version.
+RUN pip install ".[dask]" "prefect==${PREFECT_VERSION}"
 
 CMD ["chunkyard", "--help"]

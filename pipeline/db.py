@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import logging
 import os
 import warnings
@@ -19,7 +20,24 @@ from pipeline.errors import DatabaseError, TransientError
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = Path(os.environ.get("CHUNKYARD_SQL_DIR", Path(__file__).resolve().parent.parent / "sql"))
+
+def _sql_dir() -> Path:
+    """Where migrations/ and functions/ are: CHUNKYARD_SQL_DIR if set; else the `pipeline.sql` package
+    (the repository's sql/ folder, which pyproject's package-dir ships inside the wheel and an editable
+    install maps in place); else sql/ next to the package, for a source checkout that is not installed."""
+    override = os.environ.get("CHUNKYARD_SQL_DIR")
+    if override:
+        return Path(override)
+    try:
+        shipped = importlib.resources.files("pipeline.sql")
+    except ModuleNotFoundError:
+        shipped = None
+    if isinstance(shipped, Path) and (shipped / "migrations").is_dir():
+        return shipped
+    return Path(__file__).resolve().parent.parent / "sql"
+
+
+SQL_DIR = _sql_dir()
 DB_NAME = "chunkyard"
 
 _embedded = {}  # pgdata -> server handle, kept alive for the process
@@ -95,19 +113,24 @@ def database_url(settings: Settings | None = None, *, keep_running: bool = False
 
 def connect(url: str, *, autocommit: bool = True, migrate_schema: bool = True) -> psycopg.Connection:
     """A connection (autocommit: write in explicit `conn.transaction()` blocks) with pgvector registered
-    and the schema migrated (once per process and URL)."""
+    and the schema migrated (once per process and URL).
+
+    With migrate_schema=False the database may predate the migration that creates the vector extension
+    (`chunkyard db migrate` on a fresh database): the type is then registered by `migrate(conn)`.
+    """
     try:
         conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=10)
     except psycopg.OperationalError as exc:
         raise TransientError(f"cannot connect to Postgres at {redact(url)}: {str(exc).strip()}") from exc
-    if migrate_schema and url not in _migrated:
-        migrate(conn)
-        _migrated.add(url)
     try:
-        register_vector(conn)
-    except psycopg.ProgrammingError as exc:
+        if migrate_schema and url not in _migrated:
+            migrate(conn)  # registers the vector type once the extension exists
+            _migrated.add(url)
+        else:
+            _register_vector(conn, url, required=migrate_schema)
+    except BaseException:
         conn.close()
-        raise DatabaseError(_missing_vector_hint(url)) from exc
+        raise
     return conn
 
 
@@ -133,6 +156,18 @@ def redact(url: str) -> str:
     return make_conninfo(**d)
 
 
+def _register_vector(conn: psycopg.Connection, url: str, *, required: bool = True) -> bool:
+    """Register the pgvector types on conn; False (or, if required, DatabaseError) when the database
+    has no vector extension yet."""
+    try:
+        register_vector(conn)
+    except psycopg.ProgrammingError as exc:  # "vector type not found in the database"
+        if required:
+            raise DatabaseError(_missing_vector_hint(url)) from exc
+        return False
+    return True
+
+
 def _missing_vector_hint(url: str) -> str:
     return (
         f"the Postgres at {redact(url)} has no 'vector' extension: install pgvector on that server "
@@ -150,9 +185,13 @@ def function_files() -> list[Path]:
 
 
 def migrate(conn: psycopg.Connection) -> list[str]:
-    """Apply pending migrations in order (each once, checksummed), then re-apply functions."""
+    """Apply pending migrations in order (each once, checksummed), then re-apply functions; conn has
+    the vector type registered afterwards."""
     if not migration_files():
-        raise DatabaseError(f"no migrations found in {SQL_DIR}: is chunkyard installed from a checkout?")
+        raise DatabaseError(
+            f"no migrations found in {SQL_DIR}: the sql/ folder is missing from this install "
+            "(reinstall chunkyard, or point CHUNKYARD_SQL_DIR at a checkout's sql/)"
+        )
     autocommit = conn.autocommit
     conn.autocommit = False
     applied_now: list[str] = []
@@ -190,4 +229,5 @@ def migrate(conn: psycopg.Connection) -> list[str]:
                 conn.execute(path.read_text(encoding="utf-8"))
     finally:
         conn.autocommit = autocommit
+    _register_vector(conn, conn.info.dsn)
     return applied_now
