@@ -31,7 +31,7 @@ from pipeline.tokens import hf_tokenizer, model_max_tokens  # noqa: E402
 
 def chunk_spans(cfg: ev.EvalConfig, corpora: dict[str, ev.Corpus]) -> dict[str, list[ev.Span]]:
     """Spans of every corpus as the pipeline cuts them (text type, the profile's sections)."""
-    router = Router(cfg.profile)
+    router = Router(cfg.profile, model_limit=cfg.model_limit)
     out = {}
     for cid, c in corpora.items():
         src = SourceFile(c.path, source_uri(c.path), "text")
