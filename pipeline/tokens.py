@@ -6,9 +6,11 @@ import gzip
 import hashlib
 import os
 import re
+import threading
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import platformdirs
 
@@ -30,12 +32,34 @@ _TIKTOKEN_FILES = {
 MODEL_SPECIAL_TOKENS = 2
 
 
+#: (start, end) character offsets of each token of a text, in order.
+Offsets = list[tuple[int, int]]
+
+#: Start offsets, end offsets and word ids of the word pieces of a text (see `ModelCounter.word_pieces`).
+WordPieces = tuple[list[int], list[int], list[int | None]]
+
+#: Held while a tokenizer library is first imported or a tokenizer loaded: transformers 5.x resolves its
+#: lazy attributes without a lock, so two flow task threads importing it at once could see
+#: "cannot import name 'AutoTokenizer'". Reentrant because building a counter loads a tokenizer.
+_LOAD_LOCK = threading.RLock()
+
+
 class Counter(Protocol):
-    """Anything that measures text in one unit."""
+    """Anything that measures text in one unit; the chunkers use nothing else of a tokenizer."""
 
     name: str
 
-    def count(self, text: str) -> int: ...
+    def count(self, text: str) -> int:
+        """Tokens of text."""
+        ...
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        """`count` of each text, batched where the tokenizer can."""
+        ...
+
+    def encode_offsets(self, text: str) -> Offsets:
+        """Character span of each token; a token holding part of a character spans that character."""
+        ...
 
 
 def seed_tiktoken_cache() -> Path:
@@ -67,10 +91,11 @@ def seed_tiktoken_cache() -> Path:
 @lru_cache(maxsize=4)
 def tiktoken_encoding(name: str):
     """A real tiktoken.Encoding built from the shipped ranks."""
-    seed_tiktoken_cache()
-    import tiktoken
+    with _LOAD_LOCK:  # seeding writes one temporary file per process: one thread at a time
+        seed_tiktoken_cache()
+        import tiktoken
 
-    return tiktoken.get_encoding(name)
+        return tiktoken.get_encoding(name)
 
 
 class TiktokenCounter:
@@ -83,8 +108,21 @@ class TiktokenCounter:
     def count(self, text: str) -> int:
         return len(self._enc.encode_ordinary(text))
 
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        return [len(self._enc.encode_ordinary(t)) for t in texts]
+
     def encode(self, text: str) -> list[int]:
         return self._enc.encode_ordinary(text)
+
+    def encode_offsets(self, text: str) -> Offsets:
+        """Characters each token touches: a byte-level token may start or end inside a UTF-8 character."""
+        out: Offsets = []
+        pos = 0  # characters begun so far (counted by their first byte)
+        for tok in self._enc.decode_tokens_bytes(self._enc.encode_ordinary(text)):
+            start = pos - 1 if 0x80 <= tok[0] < 0xC0 else pos  # a continuation byte: inside the last one
+            pos += len(tok) if tok.isascii() else sum(1 for c in tok if not 0x80 <= c < 0xC0)
+            out.append((start, pos))
+        return out
 
 
 def model_path(model: str = DEFAULT_MODEL) -> str:
@@ -101,12 +139,13 @@ def model_path(model: str = DEFAULT_MODEL) -> str:
 
 @lru_cache(maxsize=4)
 def hf_tokenizer(model: str = DEFAULT_MODEL):
-    """The embedding model's own (fast) tokenizer, loaded offline."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from transformers import AutoTokenizer
+    """The embedding model's own (fast) tokenizer, loaded offline (one thread at a time, see _LOAD_LOCK)."""
+    with _LOAD_LOCK:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_path(model))
+        return AutoTokenizer.from_pretrained(model_path(model))
 
 
 class ModelCounter:
@@ -123,14 +162,35 @@ class ModelCounter:
         self._fast = Tokenizer.from_str(self._tok.backend_tokenizer.to_str())
         self._fast.no_truncation()
         self._fast.no_padding()
+        # BERT-style: cut at whitespace and punctuation, then each word word-pieced on its own
+        self._bert = (
+            type(self._fast.pre_tokenizer).__name__ == "BertPreTokenizer"
+            and type(self._fast.normalizer).__name__ == "BertNormalizer"
+            and type(self._fast.model).__name__ == "WordPiece"
+        )
 
     def count(self, text: str) -> int:
         return len(self._fast.encode(text, add_special_tokens=False))
 
-    def count_many(self, texts: list[str]) -> list[int]:
+    def count_many(self, texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
-        return [len(e) for e in self._fast.encode_batch(texts, add_special_tokens=False)]
+        return [len(e) for e in self._fast.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_offsets(self, text: str) -> Offsets:
+        return list(self._fast.encode(text, add_special_tokens=False).offsets)
+
+    def word_pieces(self, text: str) -> WordPieces | None:
+        """Offsets and word ids of text's word pieces, or None where a span's count cannot be read off them.
+
+        With a BERT-style tokenizer a span whose ends fall between words has exactly the pieces that lie
+        inside it, so the chunkers count spans of a section from one tokenization; other tokenizers
+        (byte-level BPE, SentencePiece) merge across such ends, so they get None and count each span.
+        """
+        if not self._bert:
+            return None
+        enc = self._fast.encode(text, add_special_tokens=False)
+        return [s for s, _ in enc.offsets], [e for _, e in enc.offsets], list(enc.word_ids)
 
 
 class CharCounter:
@@ -140,6 +200,12 @@ class CharCounter:
 
     def count(self, text: str) -> int:
         return len(text)
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        return [len(t) for t in texts]
+
+    def encode_offsets(self, text: str) -> Offsets:
+        return [(i, i + 1) for i in range(len(text))]
 
 
 _WORD = re.compile(r"\S+")
@@ -153,19 +219,32 @@ class WordCounter:
     def count(self, text: str) -> int:
         return len(_WORD.findall(text))
 
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        return [len(_WORD.findall(t)) for t in texts]
+
+    def encode_offsets(self, text: str) -> Offsets:
+        return [m.span() for m in _WORD.finditer(text)]
+
 
 @lru_cache(maxsize=8)
 def counter(unit: Unit, model: str = DEFAULT_MODEL) -> Counter:
-    """The counter for a unit; cached, so tokenizers load once per process."""
+    """The counter for a unit; cached, so tokenizers load once per process (and one thread at a time)."""
     if unit in ("cl100k_base", "o200k_base"):
-        return TiktokenCounter(unit)
+        with _LOAD_LOCK:
+            return TiktokenCounter(unit)
     if unit == "model":
-        return ModelCounter(model)
+        with _LOAD_LOCK:
+            return ModelCounter(model)
     if unit == "chars":
         return CharCounter()
     if unit == "words":
         return WordCounter()
     raise ValueError(f"unknown unit {unit!r}")
+
+
+def model_counter(model: str = DEFAULT_MODEL) -> ModelCounter:
+    """The model's word-piece counter, typed as such (its `word_pieces` is not part of `Counter`)."""
+    return cast(ModelCounter, counter("model", model))
 
 
 @lru_cache(maxsize=4)

@@ -7,9 +7,15 @@ its chunks cover all of its non-whitespace text, and chunking twice gives the sa
 
 from __future__ import annotations
 
+import re
+import sys
+import threading
+import time
+import types
 import zlib
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import lru_cache
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -17,9 +23,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from pipeline import tokens
 from pipeline.chunkers import REGISTRY, Chunker
+from pipeline.chunkers.base import register
 from pipeline.chunkers.router import Router
-from pipeline.config import _ADAPTER, ChunkerConfig, Profile, strategy_profile
+from pipeline.config import _ADAPTER, ChunkerConfig, Profile, RecursiveConfig, strategy_profile
 from pipeline.model import Document, Section
 from pipeline.parse.code import parse_code
 from pipeline.parse.html import parse_html
@@ -267,6 +275,39 @@ def test_every_config_kind_is_registered_and_selectable():
         assert chunker.kind == kind and chunker.config.size == 100
 
 
+def _subclasses(cls: type) -> set[type]:
+    return {c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))}
+
+
+def test_each_config_kind_has_exactly_one_registered_chunker():
+    """Registration lives beside each class: no kind without a chunker, no chunker without a config kind."""
+    config_kinds = [m.model_fields["kind"].default for m in ChunkerConfig.__origin__.__args__]  # type: ignore[attr-defined]
+    assert len(config_kinds) == len(set(config_kinds))
+    defined: dict[str, list[type]] = {}  # kind -> the pipeline classes that set it in their own body
+    for cls in _subclasses(Chunker):
+        if "kind" in cls.__dict__ and cls.__module__.startswith("pipeline."):
+            defined.setdefault(cls.kind, []).append(cls)
+    assert set(defined) == set(config_kinds) == set(REGISTRY)
+    for kind in config_kinds:
+        assert defined[kind] == [REGISTRY[kind]], (kind, defined[kind])
+        assert REGISTRY[kind].kind == kind
+
+
+def test_a_kind_cannot_be_registered_twice():
+    with pytest.raises(ValueError, match="already registered"):
+
+        @register
+        class Impostor(Chunker):
+            kind = "fixed"
+
+            def split(self, doc, section):
+                return []
+
+    assert REGISTRY["fixed"].__name__ == "FixedChunker"
+    with pytest.raises(TypeError, match="own `kind`"):
+        register(type("NoKind", (REGISTRY["fixed"],), {}))
+
+
 def test_profile_defaults_are_the_measured_ones():
     p = Profile()
     kinds = {t: Router(p).chunker_for(t).kind for t in ("markdown", "html", "text", "code", "chat")}
@@ -309,3 +350,124 @@ def test_word_pieces_read_off_the_section_are_exact(text, data):
         while snap and b < len(text) and not text[b].isspace():
             b += 1
         assert m.model(a, b) == counter("model").count(text[a:b]), (a, b, text[a:b])
+
+
+# ------------------------------------------------------------------------------ model limit
+
+
+def test_model_limit_is_a_parameter():
+    """The model's input limit comes from the model unless the caller sets it (evaluations do)."""
+    text = " ".join("abcdefghij"[i % 10] for i in range(2000))  # 2000 words, 3999 characters
+    cfg = RecursiveConfig(size=4000, unit="chars", context=False)
+    assert REGISTRY["recursive"](cfg).model_limit == model_max_tokens()
+    assert [c.text for c in REGISTRY["recursive"](cfg, model_limit=10**9).chunk_text(text)] == [text]
+    split = REGISTRY["recursive"](cfg).chunk_text(text)
+    assert len(split) > 1 and all(counter("model").count(c.text) <= model_max_tokens() for c in split)
+    for kind, cls in REGISTRY.items():
+        assert cls(_ADAPTER.validate_python({"kind": kind}), model_limit=77).model_limit == 77, kind
+    prof = strategy_profile("recursive", size=4000, unit="chars", context=False)
+    unlimited = Router(prof, model_limit=10**9)
+    assert unlimited.chunker_for("text").model_limit == 10**9
+    assert Router(prof).chunker_for("text").model_limit == model_max_tokens()
+    assert unlimited.fingerprint("text") != Router(prof).fingerprint("text")
+    assert len(unlimited.chunker_for("text").chunk_text(text)) == 1
+
+
+# ---------------------------------------------------------------------------------- counters
+
+
+def test_only_tokens_py_touches_tokenizer_internals():
+    """Chunkers use the public `Counter` protocol; tokenizer objects stay private to pipeline/tokens.py."""
+    root = Path(__file__).resolve().parents[1]
+    private = re.compile(r"\._(?:fast|tok|enc)\b")
+    offenders = [
+        f"{p.relative_to(root)}:{n}"
+        for folder in ("pipeline", "bench", "flows")
+        for p in sorted((root / folder).rglob("*.py"))
+        if p != root / "pipeline" / "tokens.py"
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if private.search(line)
+    ]
+    assert not offenders
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_every_counter_counts_in_batches_and_gives_offsets(unit):
+    c = counter(unit)
+    texts = ["", "Straße 长城 🙂 e\u0301", "alpha, beta. Gamma!", "x" * 300]
+    assert c.count_many(texts) == [c.count(t) for t in texts]
+    for t in texts:
+        offs = c.encode_offsets(t)
+        assert all(0 <= s < e <= len(t) for s, e in offs) and offs == sorted(offs)
+        if unit not in ("model", "words"):  # these two drop whitespace (and BERT normalizes)
+            assert len(offs) == c.count(t)
+
+
+def test_model_offsets_are_the_tokenizers_own():
+    text = "Die Straße über naïve «quote» 3.50 Dr. e\u0301 長城 🙂 supercalifragilistic"
+    enc = tokens.hf_tokenizer()(text, add_special_tokens=False, return_offsets_mapping=True)
+    assert counter("model").encode_offsets(text) == [tuple(o) for o in enc["offset_mapping"]]
+    starts, ends, words = tokens.model_counter().word_pieces(text)  # type: ignore[misc]
+    assert list(zip(starts, ends, strict=True)) == counter("model").encode_offsets(text)
+    assert len(words) == len(starts)
+
+
+def _build_model_counters_at_once(n: int = 8) -> list[BaseException]:
+    """Build the model counter from n threads released together, after clearing every cache; the errors."""
+    tokens.counter.cache_clear()
+    tokens.hf_tokenizer.cache_clear()
+    barrier, errors = threading.Barrier(n), []
+
+    def build_one() -> None:
+        try:
+            barrier.wait()
+            assert tokens.counter("model").count("hello world") == 2
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build_one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_model_counter_builds_from_many_threads_at_once():
+    try:
+        assert _build_model_counters_at_once() == []
+    finally:
+        tokens.counter.cache_clear()
+        tokens.hf_tokenizer.cache_clear()
+
+
+def test_transformers_is_imported_under_the_load_lock(monkeypatch):
+    """transformers 5.x's lazy import fails when two threads enter it at once. It is imported already in
+    this process, so a stand-in that fails the same way takes its place: without the lock it trips (the
+    test can fail), with it it never does."""
+    real = tokens.hf_tokenizer()
+    inside = threading.Lock()
+
+    def lazy_attribute(name: str):
+        if name != "AutoTokenizer":
+            raise AttributeError(name)
+        if not inside.acquire(blocking=False):
+            raise ImportError("cannot import name 'AutoTokenizer' from 'transformers'")
+        try:
+            time.sleep(0.2)  # a second thread arriving now trips, as in the real lazy module
+            return types.SimpleNamespace(from_pretrained=lambda path: real)
+        finally:
+            inside.release()
+
+    fake = types.ModuleType("transformers")
+    fake.__getattr__ = lazy_attribute  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(tokens, "_LOAD_LOCK", nullcontext())
+            unguarded = _build_model_counters_at_once()
+        assert any(isinstance(e, ImportError) for e in unguarded), "the stand-in should trip without a lock"
+        assert _build_model_counters_at_once() == []
+    finally:
+        tokens.counter.cache_clear()
+        tokens.hf_tokenizer.cache_clear()

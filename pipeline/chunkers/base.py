@@ -1,20 +1,39 @@
-"""The one base class every chunker shares: offsets, size enforcement and context live here, once."""
+"""The one base class every chunker shares: offsets, size enforcement, packing and the registry live here.
+
+Span mechanics are in `spans`, counting in `measure`; a strategy implements `split` and registers itself
+with `@register` beside its class, so the registry and the strategies cannot drift apart.
+"""
 
 from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from bisect import bisect_left
-from collections.abc import Callable, Sequence
-from functools import lru_cache
+from collections.abc import Sequence
 from itertools import accumulate
-from typing import Any, ClassVar, TypedDict, Unpack
+from typing import Any, ClassVar, TypedDict, TypeVar, Unpack
 
+from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, Measure, clip_context
+from pipeline.chunkers.spans import Fits, recursive_spans, strip_span
 from pipeline.config import DEFAULT_MODEL, DEFAULT_SEPARATORS
 from pipeline.model import Chunk, Document, Section, Span
-from pipeline.tokens import Counter, counter, model_max_tokens
+from pipeline.tokens import Counter, ModelCounter, counter, model_counter, model_max_tokens
 
-Fits = Callable[[int, int], bool]
+#: kind -> class: every strategy, registered by `@register` where it is defined.
+REGISTRY: dict[str, type[Chunker]] = {}
+
+_ChunkerClass = TypeVar("_ChunkerClass", bound="type[Chunker]")
+
+
+def register(cls: _ChunkerClass) -> _ChunkerClass:
+    """Class decorator: make a chunker selectable by its `kind` (profiles, the router, --strategy)."""
+    kind = cls.__dict__.get("kind")
+    if not isinstance(kind, str):
+        raise TypeError(f"{cls.__qualname__} must set its own `kind` to be registered")
+    known = REGISTRY.get(kind)
+    if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(f"chunker kind {kind!r} is already registered by {known.__qualname__}")
+    REGISTRY[kind] = cls
+    return cls
 
 
 class PackOptions(TypedDict, total=False):
@@ -37,13 +56,6 @@ class PackOptions(TypedDict, total=False):
     groups: Sequence[tuple[int, int]]
 
 
-#: The embedded context (title, heading path) never takes more than this many model word pieces.
-MAX_CONTEXT_TOKENS = 48
-
-#: Word pieces of the "\n\n" that joins context and text: none (BERT pre-tokenizes on whitespace).
-_JOIN_COST = 0
-
-
 class Chunker(ABC):
     """Subclasses implement `split`; the base strips, enforces budgets and builds Chunk objects."""
 
@@ -51,12 +63,13 @@ class Chunker(ABC):
     #: Model word pieces the clipped context may take; subclasses with richer context raise it.
     context_tokens: ClassVar[int] = MAX_CONTEXT_TOKENS
 
-    def __init__(self, config: Any, *, model: str = DEFAULT_MODEL) -> None:
+    def __init__(self, config: Any, *, model: str = DEFAULT_MODEL, model_limit: int | None = None) -> None:
+        """`model_limit`: word pieces the model reads (context included); None = the model's own limit."""
         self.config = config
         self.model = model
         self.counter: Counter = counter(config.unit, model)
-        self.model_counter = counter("model", model)
-        self.model_limit = model_max_tokens(model)
+        self.model_counter: ModelCounter = model_counter(model)
+        self.model_limit = model_max_tokens(model) if model_limit is None else model_limit
         self._tls = threading.local()  # the Measure of the section being chunked, per thread
 
     @abstractmethod
@@ -233,194 +246,3 @@ class Chunker(ABC):
                 nxt += 1
             i = nxt
         return out
-
-
-# ---------------------------------------------------------------------------------- mechanics
-
-
-class Measure:
-    """Unit and model counts of spans of one section, each span counted once.
-
-    Splitting, packing and enforcement ask about the same spans again and again; the model's word-piece
-    tokenizer is the slowest thing in chunking (see bench/chunkers.py --profile), so nothing is counted
-    twice.
-    """
-
-    def __init__(self, chunker: Chunker, doc: Document, section: Section) -> None:
-        self.chunker, self.doc, self.section, self.text = chunker, doc, section, doc.text
-        self.size = chunker.config.size
-        self._unit_counter, self._model_counter = chunker.counter, chunker.model_counter
-        self._same = chunker.counter.name == "model"
-        # No token of either tokenizer averages 16 characters over a whole span of real text, so a span
-        # longer than this is rejected uncounted (a rejection can only make pieces smaller, never wrong).
-        per_token = 1 if chunker.counter.name == "chars" else 16 if chunker.counter.name != "words" else 64
-        self._reject_chars = max(self.size, chunker.model_limit) * per_token
-        self._unit: dict[Span, int] = {}
-        self._model: dict[Span, int] = {}
-        self._ctx: dict[str, int] = {}
-        self._pieces: tuple[list[int], list[int], list[int | None]] | None | bool = None
-
-    def unit(self, a: int, b: int) -> int:
-        """Size of text[a:b] in the configured unit."""
-        if self._same:
-            return self.model(a, b)
-        n = self._unit.get((a, b))
-        if n is None:
-            n = self._unit[(a, b)] = self._unit_counter.count(self.text[a:b])
-        return n
-
-    def model(self, a: int, b: int) -> int:
-        """Word pieces of text[a:b] (without the model's special tokens)."""
-        n = self._model.get((a, b))
-        if n is None:
-            n = self._from_section(a, b)
-            if n is None:
-                n = self._model_counter.count(self.text[a:b])
-            self._model[(a, b)] = n
-        return n
-
-    def _from_section(self, a: int, b: int) -> int | None:
-        """The count read off the section's own tokenization, where that is exact; else None.
-
-        A BERT tokenizer cuts words at whitespace and punctuation and word-pieces each word on its own,
-        so a span whose ends do not fall inside a word has exactly the pieces of the section that lie
-        inside it. Spans that cut a word (a hard split) are counted for real.
-        """
-        if self._pieces is None:
-            self._pieces = _section_pieces(
-                self._model_counter, self.text, self.section.start, self.section.end
-            )
-        if not self._pieces or a < self.section.start or b > self.section.end:
-            return None
-        starts, ends, words = self._pieces  # type: ignore[misc]
-        i, j = bisect_left(starts, a), bisect_left(starts, b)
-        if (i and ends[i - 1] > a) or (j and ends[j - 1] > b):
-            return None  # a word piece straddles an end
-        n = len(starts)
-        if (0 < i < n and words[i - 1] == words[i]) or (0 < j < n and words[j - 1] == words[j]):
-            return None  # an end falls between two pieces of one word
-        return j - i
-
-    def prefetch_model(self, spans: Sequence[Span]) -> None:
-        """Count the spans not counted yet in one batch call."""
-        todo = [s for s in dict.fromkeys(spans) if s not in self._model]
-        for a, b in todo:
-            n = self._from_section(a, b)
-            if n is not None:
-                self._model[(a, b)] = n
-        todo = [s for s in todo if s not in self._model]
-        if len(todo) > 1:
-            counts = self._model_counter.count_many([self.text[a:b] for a, b in todo])  # type: ignore[attr-defined]
-            self._model.update(zip(todo, counts, strict=True))
-
-    def budget(self, a: int, b: int) -> int:
-        """Word pieces left for the text of span [a, b) once its context is embedded with it."""
-        ctx = self.chunker.context(self.doc, self.section, (a, b))
-        cost = self._ctx.get(ctx)
-        if cost is None:
-            cost = self._ctx[ctx] = self._model_counter.count(ctx) + _JOIN_COST if ctx else 0
-        return self.chunker.model_limit - cost
-
-    def fits(self, a: int, b: int) -> bool:
-        """Within the unit budget, and within the model's limit together with its context."""
-        if b - a > self._reject_chars:  # far too long to fit: not worth tokenizing (rejecting is safe)
-            return False
-        return self.unit(a, b) <= self.size and self.model(a, b) <= self.budget(a, b)
-
-
-def _section_pieces(
-    cnt: Counter, text: str, a: int, b: int
-) -> tuple[list[int], list[int], list[int | None]] | bool:
-    """Start and end offsets and word ids of the word pieces of text[a:b], for BERT-style tokenizers."""
-    fast = getattr(cnt, "_fast", None)
-    if fast is None or type(fast.pre_tokenizer).__name__ != "BertPreTokenizer":
-        return False
-    if type(fast.normalizer).__name__ != "BertNormalizer" or type(fast.model).__name__ != "WordPiece":
-        return False
-    enc = fast.encode(text[a:b], add_special_tokens=False)
-    return [a + s for s, _ in enc.offsets], [a + e for _, e in enc.offsets], list(enc.word_ids)
-
-
-@lru_cache(maxsize=8192)
-def clip_context(model: str, limit: int, ctx: str) -> str:
-    """A context cut to at most `limit` word pieces (at a word-piece boundary)."""
-    if counter("model", model).count(ctx) <= limit:
-        return ctx
-    from pipeline.tokens import hf_tokenizer
-
-    enc = hf_tokenizer(model)(ctx, add_special_tokens=False, return_offsets_mapping=True)
-    return ctx[: enc["offset_mapping"][limit - 1][1]].rstrip()
-
-
-def strip_span(text: str, a: int, b: int) -> Span:
-    """Shrink a span to exclude leading and trailing whitespace."""
-    while a < b and text[a].isspace():
-        a += 1
-    while b > a and text[b - 1].isspace():
-        b -= 1
-    return a, b
-
-
-def _inside(pos: int, atomic: Sequence[Span]) -> bool:
-    return any(x < pos < y for x, y in atomic)
-
-
-def split_points(text: str, a: int, b: int, sep: str, atomic: Sequence[Span]) -> list[int]:
-    """Offsets just after each occurrence of sep in [a, b), outside atomic blocks."""
-    if sep == "":
-        return []
-    pts = []
-    i = text.find(sep, a, b)
-    while i >= 0:
-        p = i + len(sep)
-        if p < b and not _inside(p, atomic):
-            pts.append(p)
-        i = text.find(sep, p, b)
-    return pts
-
-
-def recursive_spans(
-    text: str,
-    a: int,
-    b: int,
-    fits: Fits,
-    separators: Sequence[str],
-    atomic: Sequence[Span] = (),
-) -> list[Span]:
-    """Contiguous pieces of [a, b) that each fit, cut at the coarsest separator that works."""
-    if b <= a:
-        return []
-    if fits(a, b):
-        return [(a, b)]
-    # Inside a single atomic block that is too big by itself, its boundaries no longer bind.
-    inner_atomic = [] if any(x <= a and b <= y for x, y in atomic) else atomic
-    for k, sep in enumerate(separators):
-        if sep == "":
-            return _hard_split(text, a, b, fits)
-        pts = split_points(text, a, b, sep, inner_atomic)
-        if not pts:
-            continue
-        bounds = [a, *pts, b]
-        out: list[Span] = []
-        for x, y in zip(bounds, bounds[1:], strict=False):
-            out.extend(recursive_spans(text, x, y, fits, separators[k + 1 :], inner_atomic))
-        return out
-    if inner_atomic:  # only atomic-protected separators were left: split the block itself
-        return recursive_spans(text, a, b, fits, separators, [])
-    return _hard_split(text, a, b, fits)
-
-
-def _hard_split(text: str, a: int, b: int, fits: Fits) -> list[Span]:
-    """Largest prefixes that fit (binary search), for text with no separator left."""
-    out = []
-    while a < b:
-        lo, hi = a + 1, b
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if fits(a, mid):
-                lo = mid
-            else:
-                hi = mid - 1
-        out.append((a, lo))
-        a = lo
-    return out

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.chunkers.base import Chunker, Span, strip_span
+from pipeline.chunkers.base import Chunker, register
+from pipeline.chunkers.spans import Span, strip_span
 from pipeline.model import Document, Section
 from pipeline.parse.chat import TURN as _TURN
 from pipeline.parse.chat import chat_turns
 
 
+@register
 class ChatChunker(Chunker):
     """A turn is never cut while it fits; a turn over budget is cut like recursive text."""
 

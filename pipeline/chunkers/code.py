@@ -18,15 +18,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from pipeline.chunkers.base import (
-    MAX_CONTEXT_TOKENS,
-    Chunker,
-    Fits,
-    Span,
-    clip_context,
-    recursive_spans,
-    strip_span,
-)
+from pipeline.chunkers.base import Chunker, register
+from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, clip_context
+from pipeline.chunkers.spans import Fits, Span, recursive_spans, strip_span
 from pipeline.model import Document, Section
 from pipeline.parse.code import CODE_DEFS, parse_tree
 
@@ -106,6 +100,7 @@ class _Parsed:
         return self.scopes[pos]
 
 
+@register
 class CodeChunker(Chunker):
     """Syntax-tree pieces packed up to the budget; the embedded text knows imports and enclosing scope."""
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
-from pipeline.chunkers.base import Chunker, Fits, Span, strip_span
-from pipeline.model import Document, Section
-
-_WORD = re.compile(r"\S+")
+from pipeline.chunkers.base import Chunker, register
+from pipeline.chunkers.spans import Fits, strip_span
+from pipeline.model import Document, Section, Span
 
 
+@register
 class FixedChunker(Chunker):
     """Token (cl100k / o200k / the model's word pieces), character or word windows: the baseline."""
 
@@ -30,35 +28,33 @@ class FixedChunker(Chunker):
     def units(self, text: str, a: int, b: int) -> tuple[list[int], list[int]]:
         """A partition of [a, b) into units: boundaries (n + 1 offsets) and each unit's size."""
         name = self.counter.name
-        if name == "chars":
+        if name == "chars":  # every character is a unit: no need to ask the counter
             return list(range(a, b + 1)), [1] * (b - a)
-        if name == "words":
-            starts = [m.start() for m in _WORD.finditer(text, a, b)]
-            if not starts:
-                return [a, b], [0]
-            bounds = [a, *starts[1:], b]
-            return bounds, [1] * (len(bounds) - 1)
-        if name == "model":
-            tok = self.model_counter._tok  # type: ignore[attr-defined]
-            enc = tok(text[a:b], add_special_tokens=False, return_offsets_mapping=True)
-            starts = sorted({a + s for s, _ in enc["offset_mapping"]})
+        offsets = self.counter.encode_offsets(text[a:b])
+        if name == "model":  # one unit per distinct word-piece start
+            starts = sorted({a + s for s, _ in offsets})
             bounds = [a, *[s for s in starts if s > a], b]
             return bounds, [1] * (len(bounds) - 1)
-        return _tiktoken_units(self.counter._enc, text, a, b)  # type: ignore[attr-defined]
+        return token_units(offsets, a, b)
 
 
-def _tiktoken_units(enc, text: str, a: int, b: int) -> tuple[list[int], list[int]]:
-    """Tokens grouped so every unit starts on a character (a token may hold part of a UTF-8 character)."""
+def token_units(offsets: list[tuple[int, int]], a: int, b: int) -> tuple[list[int], list[int]]:
+    """Tokens grouped into units that each start on a character, weighted by how many tokens they hold.
+
+    A token that starts inside a character (a byte-level token holding part of one) or where the unit
+    before it starts stays in that unit; text before the first token belongs to the first unit.
+    """
     bounds, weights = [a], []
-    pos = a
-    for tok in enc.decode_tokens_bytes(enc.encode_ordinary(text[a:b])):
-        if bounds[-1] < pos and not 0x80 <= tok[0] < 0xC0:
-            bounds.append(pos)
+    prev_end = a
+    for s, e in offsets:
+        s += a
+        if weights and bounds[-1] < s and prev_end <= s:
+            bounds.append(s)
             weights.append(0)
         if not weights:
             weights.append(0)
         weights[-1] += 1
-        pos += len(tok) if tok.isascii() else sum(1 for c in tok if not 0x80 <= c < 0xC0)
+        prev_end = a + e
     bounds.append(b)
     if not weights:
         weights.append(0)

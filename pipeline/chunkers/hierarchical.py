@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.chunkers.base import Span
+from pipeline.chunkers.base import register
 from pipeline.chunkers.recursive import RecursiveChunker
-from pipeline.model import Document, Section
+from pipeline.model import Document, Section, Span
 
 
+@register
 class HierarchicalChunker(RecursiveChunker):
     """Recursive children of ~128-256 units; their parent is the section they lie in."""
 

@@ -6,10 +6,12 @@ normalize drops boilerplate (nav, footer, cookie banners, ...), makes h1-h6 the 
 
 from __future__ import annotations
 
+from pipeline.chunkers.base import register
 from pipeline.chunkers.markdown import MarkdownChunker, line_spans
 from pipeline.model import Section
 
 
+@register
 class HtmlChunker(MarkdownChunker):
     """Blocks of an h1-h6 section; `<pre>` cut only by lines, tables by rows with the header row kept."""
 

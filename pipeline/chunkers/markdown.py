@@ -13,8 +13,10 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from pipeline.chunkers.base import MAX_CONTEXT_TOKENS, Chunker, Fits, Span, clip_context, strip_span
-from pipeline.model import Document, Section
+from pipeline.chunkers.base import Chunker, register
+from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, clip_context
+from pipeline.chunkers.spans import Fits, strip_span
+from pipeline.model import Document, Section, Span
 
 Block = tuple[int, int, str]  # start, end, kind
 
@@ -45,6 +47,7 @@ def paragraphs(text: str, a: int, b: int) -> list[Span]:
     return [(x, y) for x, y in out if y > x]
 
 
+@register
 class MarkdownChunker(Chunker):
     """Blocks of a heading section packed up to the budget, structure kept where the budget allows."""
 

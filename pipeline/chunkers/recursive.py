@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pipeline.chunkers.base import Chunker, Span
-from pipeline.model import Document, Section
+from pipeline.chunkers.base import Chunker, register
+from pipeline.model import Document, Section, Span
 
 
+@register
 class RecursiveChunker(Chunker):
     """Paragraph, line, sentence (also 。！？), word, character: LangChain's idea, with exact offsets."""
 

@@ -6,28 +6,37 @@ from functools import lru_cache
 
 from pipeline.chunkers import REGISTRY
 from pipeline.chunkers.base import Chunker
-from pipeline.config import DEFAULT_MODEL, Profile
+from pipeline.config import DEFAULT_MODEL, ChunkerConfig, Profile
 from pipeline.errors import ConfigError
 
 
 @lru_cache(maxsize=64)
-def _build(config, model: str) -> Chunker:
+def _build(config: ChunkerConfig, model: str, model_limit: int | None = None) -> Chunker:
+    """One chunker per (config, model, limit), shared by every document and thread that asks."""
     cls = REGISTRY.get(config.kind)
     if cls is None:
         raise ConfigError(f"chunker {config.kind!r} is not available (known: {', '.join(sorted(REGISTRY))})")
-    return cls(config, model=model)
+    return cls(config, model=model, model_limit=model_limit)
 
 
 class Router:
-    """Picks the chunker for a document from its type; chunkers are built once and reused."""
+    """Picks the chunker for a document from its type; chunkers are built once and reused.
 
-    def __init__(self, profile: Profile, *, model: str = DEFAULT_MODEL) -> None:
+    `model_limit` overrides the model's input limit (None = the model's own), for evaluations that let
+    the model truncate oversized chunks rather than re-split them.
+    """
+
+    def __init__(
+        self, profile: Profile, *, model: str = DEFAULT_MODEL, model_limit: int | None = None
+    ) -> None:
         self.profile = profile
         self.model = model
+        self.model_limit = model_limit
 
     def chunker_for(self, doc_type: str) -> Chunker:
-        return _build(self.profile.for_type(doc_type), self.model)
+        return _build(self.profile.for_type(doc_type), self.model, self.model_limit)
 
     def fingerprint(self, doc_type: str) -> str:
         """What, besides content, decides the chunks of this document type."""
-        return f"{self.profile.fingerprint_for(doc_type)}:{self.model}"
+        limit = "" if self.model_limit is None else f":limit={self.model_limit}"
+        return f"{self.profile.fingerprint_for(doc_type)}:{self.model}{limit}"

@@ -12,22 +12,24 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.chunkers.base import Chunk, Fits, Span
+from pipeline.chunkers.base import register
 from pipeline.chunkers.sentence import SentenceChunker
+from pipeline.chunkers.spans import Fits
 from pipeline.config import DEFAULT_MODEL
-from pipeline.model import Document, Section
+from pipeline.model import Chunk, Document, Section, Span
 
 #: Decimals kept of a cosine distance: float noise between batch shapes stays below this.
 _DECIMALS = 4
 
 
+@register
 class SemanticChunker(SentenceChunker):
     """Sentences embedded in batches; breakpoints at large distances; packed within the budget."""
 
     kind = "semantic"
 
-    def __init__(self, config: Any, *, model: str = DEFAULT_MODEL) -> None:
-        super().__init__(config, model=model)
+    def __init__(self, config: Any, *, model: str = DEFAULT_MODEL, model_limit: int | None = None) -> None:
+        super().__init__(config, model=model, model_limit=model_limit)
         self._local = threading.local()  # sentences and vectors precomputed by chunk_document, per thread
 
     # ------------------------------------------------------------------------------ embeddings

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pysbd
 
-from pipeline.chunkers.base import Chunker, Fits, Span, strip_span
-from pipeline.model import Document, Section
+from pipeline.chunkers.base import Chunker, register
+from pipeline.chunkers.spans import Fits, strip_span
+from pipeline.model import Document, Section, Span
 
 #: pysbd's languages; anything else falls back to English rules (which also cut at 。！？).
 PYSBD_LANGUAGES = frozenset(pysbd.languages.LANGUAGE_CODES)
@@ -41,6 +42,7 @@ def sentence_spans(text: str, a: int, b: int, *, language: str = "en") -> list[S
     return [(x, y) for x, y in zip(bounds, bounds[1:], strict=False) if y > x]
 
 
+@register
 class SentenceChunker(Chunker):
     """Sentences packed up to the budget; a sentence over the budget is cut like recursive text."""
 

@@ -1,0 +1,125 @@
+"""How big a span is: unit and model counts of one section's spans, each counted once, and clipped context.
+
+Splitting, packing and enforcement ask about the same spans again and again, and the model's word-piece
+tokenizer is the slowest thing in chunking (see bench/chunkers.py --profile); this module is where that
+cost is paid once.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING
+
+from pipeline.model import Document, Section, Span
+from pipeline.tokens import WordPieces, counter
+
+if TYPE_CHECKING:
+    from pipeline.chunkers.base import Chunker
+
+#: The embedded context (title, heading path) never takes more than this many model word pieces.
+MAX_CONTEXT_TOKENS = 48
+
+#: Word pieces of the "\n\n" that joins context and text: none (BERT pre-tokenizes on whitespace).
+_JOIN_COST = 0
+
+
+class Measure:
+    """Unit and model counts of spans of one section, each span counted once."""
+
+    def __init__(self, chunker: Chunker, doc: Document, section: Section) -> None:
+        self.chunker, self.doc, self.section, self.text = chunker, doc, section, doc.text
+        self.size = chunker.config.size
+        self._unit_counter, self._model_counter = chunker.counter, chunker.model_counter
+        self._same = chunker.counter.name == "model"
+        # No token of either tokenizer averages 16 characters over a whole span of real text, so a span
+        # longer than this is rejected uncounted (a rejection can only make pieces smaller, never wrong).
+        per_token = 1 if chunker.counter.name == "chars" else 16 if chunker.counter.name != "words" else 64
+        self._reject_chars = max(self.size, chunker.model_limit) * per_token
+        self._unit: dict[Span, int] = {}
+        self._model: dict[Span, int] = {}
+        self._ctx: dict[str, int] = {}
+
+    def unit(self, a: int, b: int) -> int:
+        """Size of text[a:b] in the configured unit."""
+        if self._same:
+            return self.model(a, b)
+        n = self._unit.get((a, b))
+        if n is None:
+            n = self._unit[(a, b)] = self._unit_counter.count(self.text[a:b])
+        return n
+
+    def model(self, a: int, b: int) -> int:
+        """Word pieces of text[a:b] (without the model's special tokens)."""
+        n = self._model.get((a, b))
+        if n is None:
+            n = self._from_section(a, b)
+            if n is None:
+                n = self._model_counter.count(self.text[a:b])
+            self._model[(a, b)] = n
+        return n
+
+    @cached_property
+    def _section_pieces(self) -> WordPieces | None:
+        """The section's word pieces (absolute offsets), tokenized once; None if spans cannot use them."""
+        a, b = self.section.start, self.section.end
+        pieces = self._model_counter.word_pieces(self.text[a:b])
+        if pieces is None:
+            return None
+        starts, ends, words = pieces
+        return [a + s for s in starts], [a + e for e in ends], words
+
+    def _from_section(self, a: int, b: int) -> int | None:
+        """The count read off the section's own tokenization, where that is exact; else None.
+
+        A BERT tokenizer cuts words at whitespace and punctuation and word-pieces each word on its own,
+        so a span whose ends do not fall inside a word has exactly the pieces of the section that lie
+        inside it. Spans that cut a word (a hard split) are counted for real.
+        """
+        pieces = self._section_pieces
+        if pieces is None or a < self.section.start or b > self.section.end:
+            return None
+        starts, ends, words = pieces
+        i, j = bisect_left(starts, a), bisect_left(starts, b)
+        if (i and ends[i - 1] > a) or (j and ends[j - 1] > b):
+            return None  # a word piece straddles an end
+        n = len(starts)
+        if (0 < i < n and words[i - 1] == words[i]) or (0 < j < n and words[j - 1] == words[j]):
+            return None  # an end falls between two pieces of one word
+        return j - i
+
+    def prefetch_model(self, spans: Sequence[Span]) -> None:
+        """Count the spans not counted yet in one batch call."""
+        todo = [s for s in dict.fromkeys(spans) if s not in self._model]
+        for a, b in todo:
+            n = self._from_section(a, b)
+            if n is not None:
+                self._model[(a, b)] = n
+        todo = [s for s in todo if s not in self._model]
+        if len(todo) > 1:
+            counts = self._model_counter.count_many([self.text[a:b] for a, b in todo])
+            self._model.update(zip(todo, counts, strict=True))
+
+    def budget(self, a: int, b: int) -> int:
+        """Word pieces left for the text of span [a, b) once its context is embedded with it."""
+        ctx = self.chunker.context(self.doc, self.section, (a, b))
+        cost = self._ctx.get(ctx)
+        if cost is None:
+            cost = self._ctx[ctx] = self._model_counter.count(ctx) + _JOIN_COST if ctx else 0
+        return self.chunker.model_limit - cost
+
+    def fits(self, a: int, b: int) -> bool:
+        """Within the unit budget, and within the model's limit together with its context."""
+        if b - a > self._reject_chars:  # far too long to fit: not worth tokenizing (rejecting is safe)
+            return False
+        return self.unit(a, b) <= self.size and self.model(a, b) <= self.budget(a, b)
+
+
+@lru_cache(maxsize=8192)
+def clip_context(model: str, limit: int, ctx: str) -> str:
+    """A context cut to at most `limit` word pieces (at a word-piece boundary)."""
+    cnt = counter("model", model)
+    if cnt.count(ctx) <= limit:
+        return ctx
+    return ctx[: cnt.encode_offsets(ctx)[limit - 1][1]].rstrip()
