@@ -1,9 +1,8 @@
-"""What every flow shares: the batch tasks, their retry rule, the run around them, and the Failed summary."""
+"""What every flow shares: the Prefect executor (one task per batch), its retry rule, and the Failed summary."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated, Any
 
 import psycopg
@@ -13,18 +12,13 @@ from prefect.futures import as_completed
 from prefect.states import Failed, State
 from pydantic import Field
 
-from pipeline import ingest as stages
-from pipeline.config import Profile, Settings
+from pipeline import stages
 from pipeline.errors import ChunkyardError, TransientError
-from pipeline.sources import source_uri
+from pipeline.run import BatchResult, RunResult
+from pipeline.stages import Progress, RunContext, Stats
 
 #: A collection name as a flow parameter.
 CollectionName = Annotated[str, Field(min_length=1, max_length=200)]
-
-#: Bytes of changed files per task. Measured (bench/prefect_overhead.py): a task costs Prefect 0.01-0.15 s
-#: and a flow run about 1.2 s, while embedding 256 KiB of text takes 30-60 s on 2 CPU cores (about a second
-#: on a GPU), so overhead stays under 5%, and a corpus still splits into enough tasks to keep workers busy.
-BATCH_BYTES = 256 * 1024
 
 #: Retry waits for a transient failure (connection lost, timeout, serialization conflict).
 RETRY_DELAYS = [1, 5, 15]
@@ -65,112 +59,43 @@ TASK_OPTIONS: dict = dict(
 
 
 @task(name="ingest-batch", **TASK_OPTIONS)
-def ingest_batch_task(ctx: stages.RunContext, paths: list[str]) -> dict:
+def ingest_batch_task(ctx: RunContext, paths: list[str]) -> dict:
     """One batch of files through load..store (one transaction per document); stats as JSON."""
     return stages.ingest_batch(ctx, paths).to_json()
 
 
-@task(name="prune", **TASK_OPTIONS)
-def prune_task(ctx: stages.RunContext, roots: list[str], seen: list[str], soft: bool) -> dict:
-    """Delete rows of files under `roots` that this run did not see."""
-    return stages.prune_missing(ctx, roots, set(seen), soft=soft).to_json()
+@task(name="step", **TASK_OPTIONS)
+def step_task(fn: Callable[..., Stats], ctx: RunContext, args: list) -> dict:
+    """A step of a run that is not a batch (prune), with the same retry rule."""
+    return fn(ctx, *args).to_json()
 
 
-@task(name="prune-vanished", **TASK_OPTIONS)
-def prune_vanished_task(ctx: stages.RunContext, roots: list[str], soft: bool) -> dict:
-    """Delete rows of documents whose source file is gone."""
-    return stages.prune_vanished(ctx, roots=roots, soft=soft).to_json()
+class PrefectExecutor:
+    """A run's batches as Prefect tasks on the flow's task runner (threads, or Dask workers)."""
+
+    live_progress = False  # tasks may run in other processes: progress is reported as results arrive
+
+    def batches(
+        self, ctx: RunContext, batches: Sequence[list[str]], progress: Progress
+    ) -> Iterator[BatchResult]:
+        futures = {}
+        for b in batches:
+            f = ingest_batch_task.submit(ctx, b)
+            futures[f.task_run_id] = (f, b)
+        for f in as_completed([f for f, _ in futures.values()]):
+            _, batch = futures[f.task_run_id]
+            result = f.result(raise_on_failure=False)
+            yield batch, (Stats.from_json(result) if f.state.is_completed() else result)
+
+    def step(self, fn: Callable[..., Stats], ctx: RunContext, *args: Any) -> Stats:
+        named = step_task.with_options(name=fn.__name__.replace("_", "-"))
+        return Stats.from_json(named(fn, ctx, list(args)))
 
 
-# ------------------------------------------------------------------------------------------ progress
-
-#: Files done so far, and the run's total when known: set by the CLI for its progress bar.
-FilesProgress = Callable[[int, int | None], None]
-_progress: FilesProgress | None = None
-
-
-def set_progress(fn: FilesProgress | None) -> None:
-    """Where per-batch progress goes in this process (works with any task runner, Dask included)."""
-    global _progress
-    _progress = fn
-
-
-def _advance(n: int, total: int | None = None) -> None:
-    if _progress is not None:
-        _progress(n, total)
-
-
-# ------------------------------------------------------------------------------------------- the run
-
-
-def run_batches(ctx: stages.RunContext, batches: Sequence[list[str]]) -> stages.Stats:
-    """One task per batch; a batch whose task failed for good is recorded against each of its files."""
-    stats = stages.Stats()
-    futures = {}
-    for b in batches:
-        f = ingest_batch_task.submit(ctx, b)
-        futures[f.task_run_id] = (f, b)
-    for f in as_completed([f for f, _ in futures.values()]):
-        _, batch = futures[f.task_run_id]
-        result = f.result(raise_on_failure=False)
-        if f.state.is_completed():
-            stats.merge(stages.Stats.from_json(result))
-        else:
-            why = f"batch failed: {type(result).__name__}: {result}".strip()
-            for p in batch:
-                uri = source_uri(Path(p))
-                stats.seen.add(uri)  # seen, so a prune never deletes what merely failed to load
-                stats.errors.append((uri, "task", why))
-                stats.counts["documents_seen"] += 1
-                stats.counts["documents_failed"] += 1
-        _advance(len(batch))
-    return stats
-
-
-def ingest_files(
-    files: Sequence[str],
-    *,
-    kind: str,
-    collection: str,
-    profile: Profile,
-    pre: stages.Stats,
-    params: dict,
-    prune_roots: list[str] | None = None,
-    soft_delete: bool = False,
-    dry_run: bool = False,
-    files_per_batch: int | None = None,
-    batch_bytes: int | None = BATCH_BYTES,
-) -> dict | State:
-    """The body of ingest, backfill and reindex: lock, skip what is done, batches, prune, ledger, summary."""
-    settings = Settings()
-    ctx, conn = stages.begin_run(
-        settings=settings, collection=collection, profile=profile, kind=kind, params=params, dry_run=dry_run
-    )
-    stats = pre
-    try:
-        # Resume: files stored unchanged (by a finished or an interrupted earlier run) are not redone.
-        todo, done = stages.split_done(ctx, files)
-        stats.merge(done)
-        stages._report("load", len(files) - len(todo), None)
-        _advance(len(files) - len(todo), len(files))
-        batches = stages.cut_batches(
-            todo, max_files=files_per_batch or settings.files_per_batch, max_bytes=batch_bytes
-        )
-        stats.merge(run_batches(ctx, batches))
-        if prune_roots is not None:
-            stats.merge(stages.Stats.from_json(prune_task(ctx, prune_roots, sorted(stats.seen), soft_delete)))
-    except BaseException:
-        stages.abort_run(conn, ctx, stats)
-        raise
-    return finish(ctx, stats, stages.end_run(conn, ctx, stats))
-
-
-def finish(ctx: stages.RunContext, stats: stages.Stats, status: str) -> dict | State:
+def finish(result: RunResult, collection: str) -> dict | State:
     """The run's summary; a Failed state carrying it when any file failed."""
-    out = stats.to_json()
-    out.pop("seen")  # can be huge; the ledger and the documents table have it
-    out.update(run_id=ctx.run_id, status=status, collection=ctx.collection)
-    if not stats.errors:
+    out = result.summary(collection)
+    if not result.stats.errors:
         return out
     msg = summary_line(out)
     return Failed(message=msg, data=RunFailed(msg, out))

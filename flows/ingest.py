@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from prefect import flow
 from prefect.states import State
 from pydantic import Field
 
-from flows.common import BATCH_BYTES, CollectionName, ingest_files
+from flows.common import CollectionName, PrefectExecutor, finish
 from flows.runners import settings_task_runner
-from pipeline import ingest as stages
 from pipeline.config import Profile
+from pipeline.run import BATCH_BYTES, run_ingest
 
 
 @flow(name="chunkyard-ingest", log_prints=False, validate_parameters=True, task_runner=settings_task_runner())
@@ -27,17 +26,16 @@ def ingest_flow(
     batch_bytes: Annotated[int, Field(ge=1024)] | None = BATCH_BYTES,
 ) -> dict | State:
     """Ingest files and folders into one collection; Failed (with the summary) when any file failed."""
-    batches, pre, roots = stages.plan_batches([Path(p) for p in paths], 1)
-    return ingest_files(
-        [p for b in batches for p in b],
-        kind="ingest",
+    result = run_ingest(
+        paths,
         collection=collection,
-        profile=profile or Profile(),
-        pre=pre,
-        params={"paths": paths, "dry_run": dry_run, "flow": "ingest"},
-        prune_roots=roots if prune else None,
-        soft_delete=soft_delete,
+        profile=profile,
         dry_run=dry_run,
+        prune=prune,
+        soft_delete=soft_delete,
         files_per_batch=files_per_batch,
         batch_bytes=batch_bytes,
+        executor=PrefectExecutor(),
+        flow="ingest",
     )
+    return finish(result, collection)

@@ -10,6 +10,8 @@ from typing import Any
 from flows.common import outcome
 from flows.runners import task_runner
 from pipeline.config import Settings
+from pipeline.run import reporting
+from pipeline.stages import NoProgress, Progress
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +30,14 @@ def get_flow(name: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def run_flow(name: str, params: dict, *, workers: int = 0, address: str | None = None) -> dict:
+def run_flow(
+    name: str,
+    params: dict,
+    *,
+    workers: int = 0,
+    address: str | None = None,
+    progress: Progress | None = None,
+) -> dict:
     """Run a flow here and return its summary (also when files failed: the state is Failed, not raised)."""
     settings = Settings()
     workers = workers or settings.dask_workers
@@ -42,7 +51,8 @@ def run_flow(name: str, params: dict, *, workers: int = 0, address: str | None =
     flow = get_flow(name)
     if workers or address:
         flow = flow.with_options(task_runner=task_runner(workers=workers, address=address))
-    state = flow(**params, return_state=True)
+    with reporting(progress or NoProgress()):
+        state = flow(**params, return_state=True)
     result = outcome(state)
     result["flow_run_id"] = str(state.state_details.flow_run_id)
     return result

@@ -78,6 +78,22 @@ def get_embedder(model: str = DEFAULT_MODEL, device: str | None = None, batch_si
         return _load(model, device, batch_size)
 
 
+def model_dim(model: str) -> int:
+    """Embedding dimension from the model's config files, without loading the weights."""
+    import json
+    from pathlib import Path
+
+    p = Path(model_path(model))
+    for name in ("1_Pooling/config.json", "config.json"):
+        f = p / name
+        if f.exists():
+            cfg = json.loads(f.read_text())
+            for key in ("word_embedding_dimension", "hidden_size", "dim"):
+                if key in cfg:
+                    return int(cfg[key])
+    return get_embedder(model).dim
+
+
 def embed_with_cache(
     texts: Sequence[str],
     *,

@@ -30,6 +30,10 @@ class TransientError(ChunkyardError):
     """A failure worth retrying: connection lost, timeout, serialization conflict."""
 
 
+class ConcurrentUpdate(TransientError):
+    """A document changed in the database while this run was processing it: redo it from the new state."""
+
+
 class ConfigError(ChunkyardError):
     """Invalid settings or profile: the message names the field."""
 

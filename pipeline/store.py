@@ -11,11 +11,13 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from pipeline.errors import ConfigError, DatabaseError
+from pipeline.errors import ConcurrentUpdate, ConfigError, DatabaseError
 from pipeline.model import (
     Chunk,
     Collection,
     Document,
+    RunKind,
+    RunStatus,
     SectionPlan,
     StoredDocument,
     StoredSection,
@@ -120,14 +122,13 @@ def unlock_collection(conn: psycopg.Connection, collection_id: int) -> None:
 # ------------------------------------------------------------------------------------------ ledger
 
 
-def start_run(conn: psycopg.Connection, collection_id: int | None, *, kind: str, params: dict) -> int:
+def start_run(conn: psycopg.Connection, collection_id: int | None, *, kind: RunKind, params: dict) -> int:
     """A ledger row; runs left 'running' by a dead process are marked 'crashed' first."""
     with conn.transaction():
         if collection_id is not None:
             conn.execute(
-                """UPDATE runs SET status = 'crashed', finished_at = now()
-                   WHERE collection_id = %s AND status = 'running'""",
-                (collection_id,),
+                "UPDATE runs SET status = %s, finished_at = now() WHERE collection_id = %s AND status = %s",
+                (RunStatus.CRASHED, collection_id, RunStatus.RUNNING),
             )
         row = conn.execute(
             "INSERT INTO runs (collection_id, kind, params) VALUES (%s, %s, %s) RETURNING id",
@@ -136,7 +137,9 @@ def start_run(conn: psycopg.Connection, collection_id: int | None, *, kind: str,
     return row[0]
 
 
-def finish_run(conn: psycopg.Connection, run_id: int, *, status: str, counts: dict, timings: dict) -> None:
+def finish_run(
+    conn: psycopg.Connection, run_id: int, *, status: RunStatus, counts: dict, timings: dict
+) -> None:
     with conn.transaction():
         conn.execute(
             "UPDATE runs SET status = %s, finished_at = now(), counts = %s, timings = %s WHERE id = %s",
@@ -149,13 +152,16 @@ def refresh_fts_stats(conn: psycopg.Connection, collection_id: int) -> None:
     conn.execute("SELECT chunkyard_refresh_fts_stats(%s)", (collection_id,))
 
 
-def record_error(
-    conn: psycopg.Connection, run_id: int | None, source_uri: str, stage: str, error: str
-) -> None:
+def record_error(conn: psycopg.Connection, run_id: int, source_uri: str, stage: str, error: str) -> None:
+    """Write one failed file now; a retried batch that fails the same way adds no second row."""
     with conn.transaction():
         conn.execute(
-            "INSERT INTO ingest_errors (run_id, source_uri, stage, error) VALUES (%s, %s, %s, %s)",
-            (run_id, source_uri, stage, error),
+            """INSERT INTO ingest_errors (run_id, source_uri, stage, error)
+               SELECT %(run)s, %(uri)s, %(stage)s, %(error)s
+               WHERE NOT EXISTS (SELECT 1 FROM ingest_errors
+                                 WHERE run_id = %(run)s AND source_uri = %(uri)s AND stage = %(stage)s
+                                   AND error = %(error)s)""",
+            {"run": run_id, "uri": source_uri, "stage": stage, "error": error},
         )
 
 
@@ -258,7 +264,7 @@ def write_document(
                 "SELECT count(*) FROM sections WHERE id = ANY(%s)", (list(expected),)
             ).fetchone()[0]
             if present != len(expected):
-                raise psycopg.errors.SerializationFailure("document changed while it was being processed")
+                raise ConcurrentUpdate("document changed while it was being processed; retry")
         doc_id = conn.execute(
             """INSERT INTO documents (collection_id, source_uri, content_hash, text_hash, doc_type, chunk_key, mime,
                                       title, metadata, normalized_text, last_run_id)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.ingest import run_ingest
+from pipeline.run import run_ingest
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 
@@ -15,7 +15,12 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 def _cli(*args: str, env_url: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, CHUNKYARD_DATABASE_URL=env_url, COLUMNS="200")
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+        [sys.executable, "-m", "pipeline.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
     )
 
 
@@ -40,7 +45,9 @@ def test_bad_files_are_reported_and_the_run_goes_on(tmp_path, database_url, conn
     (d / "binary.md").write_bytes(PNG)
     os.mkfifo(d / "pipe.txt")
     (d / "broken.md").symlink_to(d / "nowhere.md")
-    res = _cli("ingest", str(d), str(tmp_path / "missing-dir"), "--no-prefect", env_url=database_url, cwd=tmp_path)
+    res = _cli(
+        "ingest", str(d), str(tmp_path / "missing-dir"), "--no-prefect", env_url=database_url, cwd=tmp_path
+    )
     assert res.returncode == 1, res.stderr
     err = res.stderr
     assert "Traceback" not in err
@@ -55,10 +62,14 @@ def test_bad_files_are_reported_and_the_run_goes_on(tmp_path, database_url, conn
     ).fetchone()[0]
     assert still == 1
     # the ledger says what failed
-    run_id, status, counts = conn.execute("SELECT id, status, counts FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+    run_id, status, counts = conn.execute(
+        "SELECT id, status, counts FROM runs ORDER BY id DESC LIMIT 1"
+    ).fetchone()
     assert status == "failed"
     assert counts["documents_failed"] == 4
-    errors = conn.execute("SELECT source_uri, stage FROM ingest_errors WHERE run_id = %s", (run_id,)).fetchall()
+    errors = conn.execute(
+        "SELECT source_uri, stage FROM ingest_errors WHERE run_id = %s", (run_id,)
+    ).fetchall()
     assert len(errors) == 4
 
 

@@ -19,10 +19,11 @@ from flows.ingest import ingest_flow
 from flows.prune import prune_flow
 from flows.reindex import reindex_flow
 from flows.runners import task_runner
-from pipeline import ingest as stages
-from pipeline import store
+from pipeline import stages, store
 from pipeline.config import Profile, Settings, strategy_profile
 from pipeline.errors import ConfigError, TransientError
+from pipeline.model import RunKind
+from pipeline.run import Run
 
 pytestmark = pytest.mark.slow
 
@@ -201,16 +202,16 @@ def test_two_concurrent_ingests_of_one_collection_equal_one(prefect_api, databas
 
 
 def test_collection_lock_blocks_the_same_collection_only(database_url, settings):
-    ctx, holder = stages.begin_run(settings=settings, collection="a", profile=Profile())
+    def begin(name: str, **kw) -> Run:
+        return Run.begin(settings=settings, collection=name, profile=Profile(), kind=RunKind.INGEST, **kw)
+
+    holder = begin("a")
     try:
         with pytest.raises(TransientError, match="another run is writing collection 'a'"):
-            stages.begin_run(settings=settings, collection="a", profile=Profile(), lock_wait=False)
-        other, conn_b = stages.begin_run(
-            settings=settings, collection="b", profile=Profile(), lock_wait=False
-        )
-        stages.end_run(conn_b, other, stages.Stats())
+            begin("a", lock_wait=False)
+        begin("b", lock_wait=False).finish()
     finally:
-        stages.end_run(holder, ctx, stages.Stats())
+        holder.finish()
 
 
 # ------------------------------------------------------------------------------- retries, failures

@@ -11,7 +11,7 @@ from psycopg import sql
 
 from pipeline import store
 from pipeline.config import Profile, RecursiveConfig, Settings
-from pipeline.ingest import run_ingest
+from pipeline.run import run_ingest
 
 SECTIONS = {
     "A": "Alpacas graze on the high plains and hum when they are content.",
@@ -196,7 +196,7 @@ def test_dry_run_writes_nothing(corpus, settings, conn):
     ingest(corpus, settings)
     (corpus / "animals.md").write_text(page(extra={"C": "Cuttlefish are not fish."}))
     stats, run_id, status = run_ingest([corpus], settings=settings, dry_run=True)
-    assert run_id == -1
+    assert run_id is None
     assert stats.plan == [
         {"uri": (corpus / "animals.md").as_uri(), "action": "update", "sections_kept": 5,
          "sections_rechunked": 1, "sections_deleted": 1, "chunks": 1}

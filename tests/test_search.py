@@ -13,7 +13,7 @@ from pipeline import db, store
 from pipeline.cli import app
 from pipeline.embed import get_embedder
 from pipeline.errors import ConfigError
-from pipeline.ingest import run_ingest
+from pipeline.run import run_ingest
 
 DOCS = {
     "keys.txt": "Rotating the API keys every quarter keeps the service safe.",
@@ -123,7 +123,9 @@ def test_search_cli_modes(small):
     res = runner.invoke(app, ["search", "rotate keys", "-k", "1", "--mode", "fulltext"])
     assert res.exit_code == 0 and "keys.txt" in res.output
     res = runner.invoke(app, ["search", "rotate keys", "--mode", "bm99"])
-    assert isinstance(res.exception, ConfigError) and "--mode 'bm99'" in str(res.exception)  # exit 2 in main()
+    assert isinstance(res.exception, ConfigError) and "--mode 'bm99'" in str(
+        res.exception
+    )  # exit 2 in main()
 
 
 def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
@@ -167,7 +169,7 @@ def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
             )
             c.commit()
     with psycopg.connect(url) as c:
-        assert db.migrate(c) == ["002_bm25.sql"]
+        assert db.migrate(c) == ["002_bm25.sql", "003_typed_ledger.sql"]
         c.commit()
     with db.connection(url) as c:
         assert c.execute("SELECT tsv::text FROM chunks").fetchone()[0] == "'key':2 'rotat':1"

@@ -1,0 +1,184 @@
+"""The one printer of the CLI: progress bars for a run, its warnings and errors, and its tables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+out = Console()
+err = Console(stderr=True)
+
+#: Bars shown for a run, in order; "files" counts whole files, the others the stages of the pipeline.
+BARS = ("files", "load", "normalize", "chunk", "embed", "store")
+
+
+def show_path(uri: str) -> str:
+    """A file URI as a path relative to the working directory when it is below it."""
+    if not uri.startswith("file://"):
+        return uri
+    p = Path(unquote(urlparse(uri).path))
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
+
+
+class Bars:
+    """A run's progress (the `pipeline.stages.Progress` protocol) as rich progress bars on stderr."""
+
+    def __init__(self, *, quiet: bool = False) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            TextColumn("{task.description:>10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            disable=quiet or not err.is_terminal and not os.environ.get("CHUNKYARD_PROGRESS"),
+        )
+        self._bars = {name: self._progress.add_task(name, total=0) for name in BARS}
+
+    def add_total(self, stage: str, n: int) -> None:
+        if stage in self._bars and n:
+            task = self._bars[stage]
+            self._progress.update(task, total=(self._progress.tasks[task].total or 0) + n)
+
+    def advance(self, stage: str, n: int = 1) -> None:
+        if stage in self._bars and n:
+            self._progress.advance(self._bars[stage], n)
+
+    @contextmanager
+    def shown(self) -> Iterator[Bars]:
+        with self._progress:
+            yield self
+
+
+def problems(result: dict) -> None:
+    """Warnings, skipped files (other than unsupported types) and errors, one line each, on stderr."""
+    for uri, msg in result.get("warnings", []):
+        err.print(f"[yellow]warning[/]: {escape(show_path(uri))}: {escape(msg)}", highlight=False)
+    for uri, msg in result.get("skipped", []):
+        if not msg.startswith("unsupported file type"):
+            err.print(f"[dim]skipped[/]: {escape(show_path(uri))}: {escape(msg)}", highlight=False)
+    for uri, stage, msg in result.get("errors", []):
+        err.print(
+            f"[red]error[/]: {escape(show_path(uri))}: {escape(msg)} [dim](stage {stage})[/]", highlight=False
+        )
+
+
+def summary(s: dict) -> None:
+    """A run's summary as a compact key/value table that fits 80 columns, and a dry run's plan."""
+    g = s["counts"].get
+    dry = bool(s["plan"]) or s.get("run_id") is None
+    t = Table(
+        title=f"run {s.get('run_id')} · {s.get('status')}" + (" · dry run" if dry else ""), show_header=False
+    )
+    t.add_column(style="bold")
+    t.add_column()
+
+    def line(*pairs: tuple[str, str]) -> str:
+        return " · ".join(f"{label} {g(key, 0)}" for label, key in pairs)
+
+    t.add_row(
+        "files",
+        f"seen {g('documents_seen', 0)} · ingested {g('documents_new', 0) + g('documents_changed', 0)} · "
+        + line(("unchanged", "documents_unchanged"), ("skipped", "documents_skipped"),
+               ("failed", "documents_failed"), ("deleted", "documents_deleted")),
+    )  # fmt: skip
+    t.add_row("sections", line(("kept", "sections_kept"), ("re-chunked", "sections_rechunked"),
+                               ("deleted", "sections_deleted")))  # fmt: skip
+    t.add_row("chunks", line(("written", "chunks_written"), ("embedded", "chunks_embedded"),
+                             ("from cache", "chunks_cached"), ("deleted", "chunks_deleted")))  # fmt: skip
+    tm = s["timings"]
+    stages = ("load", "normalize", "diff", "chunk", "embed", "store", "prune")
+    t.add_row("seconds", " · ".join(f"{st} {tm.get(st, 0.0):.2f}" for st in stages))
+    out.print(t)
+    if s["plan"]:
+        pt = Table(title="plan (nothing written)")
+        for col in ("file", "action", "sections kept", "re-chunk", "delete", "chunks"):
+            pt.add_column(col)
+        for r in s["plan"]:
+            pt.add_row(
+                show_path(r["uri"]),
+                r["action"],
+                str(r["sections_kept"]),
+                str(r["sections_rechunked"]),
+                str(r["sections_deleted"]),
+                str(r["chunks"]),
+            )
+        out.print(pt)
+
+
+def hits(found: list, *, parent: bool) -> None:
+    """Search results: rank, score, file, character range, heading path, then the text (or its parent)."""
+    if not found:
+        out.print("no results")
+    for i, h in enumerate(found, 1):
+        path = " > ".join(h.heading_path) or "-"
+        out.print(
+            f"[bold]{i}. {h.score:.3f}[/]  {escape(show_path(h.source_uri))}  \\[{h.char_start}:{h.char_end}]  "
+            f"[cyan]{escape(path)}[/]",
+            highlight=False,
+        )
+        body = h.parent_text if parent and h.parent_text else h.text
+        snippet = body if len(body) <= 600 else body[:600] + " …"
+        out.print("   " + snippet.replace("\n", "\n   "), highlight=False, markup=False)
+
+
+def status(st: dict) -> None:
+    """Collections with their counts and profiles, and the last runs."""
+    t = Table(title="collections")
+    for col in ("name", "documents", "sections", "chunks", "model", "profile"):
+        t.add_column(col)
+    for c in st["collections"]:
+        prof = ", ".join(
+            f"{k}={v['kind']}/{v.get('size')}" for k, v in c["profile"].items() if isinstance(v, dict)
+        )
+        t.add_row(
+            c["name"],
+            str(c["documents"]),
+            str(c["sections"]),
+            str(c["chunks"]),
+            c["model"].split("/")[-1],
+            prof,
+        )
+    out.print(t)
+    r = Table(title="last runs")
+    for col in ("id", "collection", "kind", "status", "started", "seconds", "counts"):
+        r.add_column(col)
+    for x in st["runs"]:
+        secs = (x["finished_at"] - x["started_at"]).total_seconds() if x["finished_at"] else None
+        counts = ", ".join(f"{k}={v}" for k, v in sorted(x["counts"].items()) if v)
+        r.add_row(
+            str(x["id"]),
+            x["collection"] or "-",
+            x["kind"],
+            x["status"],
+            x["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
+            f"{secs:.1f}" if secs is not None else "-",
+            counts,
+        )
+    out.print(r)
+
+
+def chunks(file: Path, doc_type: str, sections: int, rows: list[dict], chunker_line: str) -> None:
+    """The chunks of one file with offsets, token counts and heading paths (`chunkyard chunk`)."""
+    out.print(
+        f"{file}: {doc_type}, {sections} sections, {len(rows)} chunks, chunker {chunker_line}",
+        highlight=False,
+    )
+    for r in rows:
+        out.print(
+            f"[bold]§{r['section']} \\[{r['start']}:{r['end']}] {r['tokens']} tok[/] "
+            f"[cyan]{escape(' > '.join(r['heading_path']))}[/]",
+            highlight=False,
+        )
+        out.print("  " + r["text"].replace("\n", "\n  "), highlight=False, markup=False)

@@ -1,0 +1,577 @@
+"""A run's life cycle, in one place: begin, resume, batches, prune, finish or abort.
+
+Every way of running goes through `Run`: `run_ingest` (the CLI without Prefect, tests, benchmarks,
+evaluation), and the Prefect flows, which pass an executor that turns each batch into a task. The batch
+work itself is `stages.ingest_batch`, the same function in both cases. Progress goes to a reporter
+passed in (or set for a block of code with `reporting`), never to a module-global hook.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+import psycopg
+
+from pipeline import db, store
+from pipeline.config import Profile, Settings, profile_from_dict
+from pipeline.embed import model_dim
+from pipeline.errors import ConfigError, TransientError
+from pipeline.model import ErrorRecord, RunKind, RunStatus, Stage
+from pipeline.sources import discover, read_bytes, source_uri
+from pipeline.stages import NoProgress, Progress, RunContext, Stats, ingest_batch, is_unchanged
+
+#: Bytes of changed files per batch. Measured (bench/prefect_overhead.py): a task costs Prefect 0.01-0.15 s
+#: and a flow run about 1.2 s, while embedding 256 KiB of text takes 30-60 s on 2 CPU cores (about a second
+#: on a GPU), so overhead stays under 5%, and a corpus still splits into enough tasks to keep workers busy.
+BATCH_BYTES = 256 * 1024
+
+_progress: ContextVar[Progress | None] = ContextVar("chunkyard_progress", default=None)
+
+
+@contextmanager
+def reporting(progress: Progress) -> Iterator[None]:
+    """Runs begun inside this block report to `progress` (a context variable: threads do not share it)."""
+    token = _progress.set(progress)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
+
+
+# ------------------------------------------------------------------------------------- executors
+
+BatchResult = tuple[list[str], "Stats | BaseException"]
+
+
+class Executor(Protocol):
+    """Runs a run's batches and steps: here, in order (serial), or as Prefect tasks on any task runner."""
+
+    #: True when batches report their stage progress themselves (they run in this process).
+    live_progress: bool
+
+    def batches(
+        self, ctx: RunContext, batches: Sequence[list[str]], progress: Progress
+    ) -> Iterator[BatchResult]: ...
+
+    def step(self, fn: Callable[..., Stats], ctx: RunContext, *args: Any) -> Stats: ...
+
+
+class Serial:
+    """Batches one after another in this process; an exception ends the run (the ledger says crashed)."""
+
+    live_progress = True
+
+    def batches(
+        self, ctx: RunContext, batches: Sequence[list[str]], progress: Progress
+    ) -> Iterator[BatchResult]:
+        for b in batches:
+            yield b, ingest_batch(ctx, b, progress)
+
+    def step(self, fn: Callable[..., Stats], ctx: RunContext, *args: Any) -> Stats:
+        return fn(ctx, *args)
+
+
+class RunResult(NamedTuple):
+    """What a finished run did, its ledger id (None for a dry run) and its status."""
+
+    stats: Stats
+    run_id: int | None
+    status: RunStatus
+
+    def summary(self, collection: str) -> dict:
+        """The run as JSON for the CLI and the flows (without `seen`, which can be huge)."""
+        out = self.stats.to_json()
+        out.pop("seen")
+        out.update(run_id=self.run_id, status=str(self.status), collection=collection)
+        return out
+
+
+# ------------------------------------------------------------------------------------------- Run
+
+
+class Run:
+    """One run: its ledger row, its collection lock (held by `conn`), its tally and its progress."""
+
+    def __init__(
+        self, ctx: RunContext, conn: psycopg.Connection, *, executor: Executor, progress: Progress
+    ) -> None:
+        self.ctx, self.conn, self.executor, self.progress = ctx, conn, executor, progress
+        self.stats = Stats()
+        self.status = RunStatus.RUNNING
+
+    @classmethod
+    def begin(
+        cls,
+        *,
+        settings: Settings,
+        collection: str,
+        profile: Profile,
+        kind: RunKind,
+        params: dict | None = None,
+        dry_run: bool = False,
+        lock_wait: bool = True,
+        executor: Executor | None = None,
+        progress: Progress | None = None,
+        model_limit: int | None = None,
+    ) -> Run:
+        """Open the ledger row and take the collection's lock (a dry run does neither)."""
+        url = db.database_url(settings)
+        conn = db.connect(url)
+        try:
+            if dry_run:
+                coll = store.get_collection(conn, collection)
+                coll_id, run_id = (coll.id if coll else None), None
+            else:
+                dim = model_dim(settings.model)
+                coll_id = store.ensure_collection(
+                    conn, collection, profile=profile.as_json(), model=settings.model, dim=dim
+                ).id
+                if not store.lock_collection(conn, coll_id, wait=lock_wait):
+                    raise TransientError(
+                        f"another run is writing collection {collection!r}; try again when it ends"
+                    )
+                run_id = store.start_run(conn, coll_id, kind=kind, params=params or {})
+        except BaseException:
+            conn.close()
+            raise
+        ctx = RunContext(
+            url=url,
+            run_id=run_id,
+            collection_id=coll_id,
+            collection=collection,
+            profile=profile.as_json(),
+            model=settings.model,
+            dry_run=dry_run,
+            device=settings.device,
+            embed_batch_size=settings.embed_batch_size,
+            model_limit=model_limit,
+        )
+        return cls(
+            ctx, conn, executor=executor or Serial(), progress=progress or _progress.get() or NoProgress()
+        )
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None and self.status is RunStatus.RUNNING:
+            self.abort()
+
+    # ----------------------------------------------------------------------------------- the tally
+
+    def fail(self, uri: str, stage: Stage, message: str) -> None:
+        """A file failed outside a batch (discovery, a batch lost for good): counted and written now."""
+        rec = self.stats.fail(uri, stage, message)
+        self._record([rec])
+
+    def add(self, stats: Stats, *, recorded: bool = True) -> None:
+        """Merge a part's tally; `recorded=False` when its errors are not in ingest_errors yet."""
+        self.stats.merge(stats)
+        if not recorded:
+            self._record(stats.errors)
+
+    def _record(self, errors: Sequence[ErrorRecord]) -> None:
+        if self.ctx.run_id is not None:
+            for rec in errors:
+                store.record_error(self.conn, self.ctx.run_id, *rec)
+
+    # ------------------------------------------------------------------------------------ the work
+
+    def ingest(self, files: Sequence[str], *, files_per_batch: int, batch_bytes: int | None) -> None:
+        """Skip what is stored unchanged (resume), cut the rest into batches, run them, merge the tallies."""
+        self.progress.add_total("files", len(files))
+        todo = self.resume(files)
+        done = len(files) - len(todo)
+        self.progress.advance("files", done)
+        for stage in ("load", "normalize", "chunk", "store"):
+            self.progress.add_total(stage, len(files))
+        self.progress.advance("load", done)
+        batches = cut_batches(todo, max_files=files_per_batch, max_bytes=batch_bytes)
+        for batch, result in self.executor.batches(self.ctx, batches, self.progress):
+            if isinstance(result, BaseException):
+                why = f"batch failed: {type(result).__name__}: {result}".strip()
+                for p in batch:
+                    uri = source_uri(Path(p))
+                    self.stats.seen.add(uri)  # seen, so a prune never deletes what merely failed to load
+                    self.stats.counts["documents_seen"] += 1
+                    self.fail(uri, Stage.TASK, why)
+            else:
+                self.add(result)
+                if not self.executor.live_progress:
+                    self._advance_stages(len(batch), result)
+            self.progress.advance("files", len(batch))
+
+    def _advance_stages(self, files: int, stats: Stats) -> None:
+        """Stage progress of a batch that ran elsewhere, reported when its result arrives."""
+        for stage in ("load", "normalize", "chunk", "store"):
+            self.progress.advance(stage, files)
+        n = stats.counts.get("chunks_embedded", 0) + stats.counts.get("chunks_cached", 0)
+        self.progress.add_total("embed", n)
+        self.progress.advance("embed", n)
+
+    def resume(self, files: Sequence[str]) -> list[str]:
+        """Files still to do; those stored unchanged (by a finished or interrupted run) are counted done."""
+        if self.ctx.collection_id is None:
+            return list(files)
+        router = self.ctx.router()
+        by_uri = {source_uri(Path(p)): p for p in files}
+        stored = store.stored_documents(self.conn, self.ctx.collection_id, list(by_uri))
+        todo = []
+        for uri, p in by_uri.items():
+            old = stored.get(uri)
+            if old is not None:
+                found, _, errors = discover([p])
+                try:  # read_bytes refuses pipes and devices: a FIFO must never block the run
+                    data = read_bytes(found[0]) if found and not errors else None
+                except Exception:
+                    data = None  # the batch reports why
+                if data is not None and is_unchanged(old, data, router):
+                    self.stats.seen.add(uri)
+                    self.stats.counts["documents_seen"] += 1
+                    self.stats.counts["documents_unchanged"] += 1
+                    continue
+            todo.append(p)
+        return todo
+
+    def prune_missing(self, roots: Sequence[str], *, soft: bool) -> None:
+        """Delete rows of documents under `roots` that this run did not see."""
+        self.add(self.executor.step(prune_missing, self.ctx, list(roots), sorted(self.stats.seen), soft))
+
+    def prune_vanished(self, roots: Sequence[str], *, soft: bool) -> None:
+        """Delete rows of documents whose source file is gone (only under `roots` when given)."""
+        self.add(self.executor.step(prune_vanished, self.ctx, list(roots), soft))
+
+    # ------------------------------------------------------------------------------------ the end
+
+    def finish(self) -> RunResult:
+        """Write the ledger row (status, counts, timings), refresh BM25 statistics, release the lock."""
+        self.status = RunStatus.FAILED if self.stats.errors else RunStatus.COMPLETED
+        try:
+            if self.ctx.run_id is not None:
+                store.refresh_fts_stats(self.conn, self.ctx.collection_id)
+                store.finish_run(
+                    self.conn,
+                    self.ctx.run_id,
+                    status=self.status,
+                    counts=dict(self.stats.counts),
+                    timings=self.stats.timings,
+                )
+                store.unlock_collection(self.conn, self.ctx.collection_id)
+        finally:
+            self.conn.close()
+        return RunResult(self.stats, self.ctx.run_id, self.status)
+
+    def abort(self) -> None:
+        """Mark the ledger row crashed, with what was done so far, and release the connection (and lock)."""
+        self.status = RunStatus.CRASHED
+        try:
+            if self.ctx.run_id is not None and not self.conn.closed:
+                store.finish_run(
+                    self.conn,
+                    self.ctx.run_id,
+                    status=RunStatus.CRASHED,
+                    counts=dict(self.stats.counts),
+                    timings=self.stats.timings,
+                )
+        except psycopg.Error:
+            pass  # the database is what failed: the next run marks this one crashed
+        finally:
+            self.conn.close()
+
+
+# ------------------------------------------------------------------------------- steps (any worker)
+
+
+def prune_missing(ctx: RunContext, roots: list[str], seen: list[str], soft: bool) -> Stats:
+    """Delete rows of documents under `roots` that were not seen in this run."""
+    stats = Stats()
+    if ctx.dry_run or ctx.collection_id is None:
+        return stats
+    with stats.timed("prune"), db.connection(ctx.url) as conn:
+        n_docs, n_chunks = store.prune(conn, ctx.collection_id, roots=roots, seen=set(seen), soft=soft)
+    stats.counts["documents_deleted"] += n_docs
+    stats.counts["chunks_deleted"] += n_chunks
+    return stats
+
+
+def prune_vanished(ctx: RunContext, roots: list[str], soft: bool) -> Stats:
+    """Delete rows of documents whose local source file is gone (only under `roots` when given)."""
+    stats = Stats()
+    if ctx.dry_run or ctx.collection_id is None:
+        return stats
+    prefixes = tuple(r.rstrip("/") + "/" for r in roots)
+    with stats.timed("prune"), db.connection(ctx.url) as conn:
+        live = store.source_uris(conn, ctx.collection_id)
+        under = [u for u in live if not roots or u in roots or u.startswith(prefixes)]
+        gone = [u for u in under if (p := uri_path(u)) is not None and not os.path.lexists(p)]
+        n_docs, n_chunks = store.prune(
+            conn, ctx.collection_id, roots=gone, seen=set(live) - set(gone), soft=soft
+        )
+    stats.counts["documents_deleted"] += n_docs
+    stats.counts["chunks_deleted"] += n_chunks
+    return stats
+
+
+# ----------------------------------------------------------------------------------- whole runs
+
+
+def run_ingest(
+    paths: Sequence[str | Path],
+    *,
+    settings: Settings | None = None,
+    collection: str | None = None,
+    profile: Profile | None = None,
+    dry_run: bool = False,
+    prune: bool = True,
+    soft_delete: bool = False,
+    files_per_batch: int | None = None,
+    batch_bytes: int | None = BATCH_BYTES,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+    model_limit: int | None = None,
+    kind: RunKind = RunKind.INGEST,
+    flow: str | None = None,
+) -> RunResult:
+    """Ingest files and folders into one collection; files gone from the folders are pruned."""
+    settings = settings or Settings()
+    files, found, roots = discover_files(paths)
+    params = {"paths": [str(p) for p in paths], "dry_run": dry_run} | ({"flow": flow} if flow else {})
+    with Run.begin(
+        settings=settings,
+        collection=collection or settings.collection,
+        profile=profile or Profile(),
+        kind=kind,
+        params=params,
+        dry_run=dry_run,
+        executor=executor,
+        progress=progress,
+        model_limit=model_limit,
+    ) as run:
+        run.add(found, recorded=False)
+        run.ingest(
+            files, files_per_batch=files_per_batch or settings.files_per_batch, batch_bytes=batch_bytes
+        )
+        if prune:
+            run.prune_missing(roots, soft=soft_delete)
+        return run.finish()
+
+
+def run_backfill(
+    sources: Sequence[str],
+    *,
+    settings: Settings | None = None,
+    collection: str = "default",
+    profile: Profile | None = None,
+    modified_since: datetime | None = None,
+    modified_until: datetime | None = None,
+    prune: bool = False,
+    soft_delete: bool = False,
+    files_per_batch: int | None = None,
+    batch_bytes: int | None = BATCH_BYTES,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Ingest many sources (globs, a modification-date range); rerun after an interruption to finish."""
+    settings = settings or Settings()
+    has_glob = any(c in s for s in sources for c in "*?[")
+    if prune and (has_glob or modified_since or modified_until):
+        raise ConfigError("prune needs plain folders: with a glob or a date range, unseen files are not gone")
+    if modified_since and modified_until and modified_since >= modified_until:
+        raise ConfigError("modified_since must be before modified_until")
+    paths, pre = expand_sources(sources)
+    files, found, roots = discover_files(paths)
+    pre.merge(found)
+    files = filter_modified(files, since=modified_since, until=modified_until)
+    params = {"sources": list(sources), "modified_since": modified_since, "modified_until": modified_until}
+    with Run.begin(
+        settings=settings,
+        collection=collection,
+        profile=profile or Profile(),
+        kind=RunKind.BACKFILL,
+        params=params | {"flow": "backfill"},
+        executor=executor,
+        progress=progress,
+    ) as run:
+        run.add(pre, recorded=False)
+        run.ingest(
+            files, files_per_batch=files_per_batch or settings.files_per_batch, batch_bytes=batch_bytes
+        )
+        if prune:
+            run.prune_missing(roots, soft=soft_delete)
+        return run.finish()
+
+
+def run_reindex(
+    collection: str,
+    *,
+    settings: Settings | None = None,
+    profile: Profile | None = None,
+    files_per_batch: int | None = None,
+    batch_bytes: int | None = BATCH_BYTES,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Re-read a collection's source files and redo what a new profile or model changes.
+
+    Only sections whose fingerprint (content + chunker settings + model) changed are re-chunked, and a
+    chunk whose text is unchanged takes its embedding from the cache. Without a profile, the stored one.
+    """
+    settings = settings or Settings()
+    stored, uris = collection_sources(settings, collection)
+    files, pre = [], Stats()
+    for uri in uris:
+        path = uri_path(uri)
+        if path is None:
+            why = "not a file URI: reindex can only re-read local files"
+        elif not os.path.lexists(path):
+            why = f"source file is gone (`chunkyard prune -c {collection}` removes its rows)"
+        else:
+            files.append(str(path))
+            continue
+        pre.seen.add(uri)
+        pre.counts["documents_seen"] += 1
+        pre.fail(uri, Stage.LOAD, why)
+    with Run.begin(
+        settings=settings,
+        collection=collection,
+        profile=profile or stored,
+        kind=RunKind.REINDEX,
+        params={"collection": collection, "profile_given": profile is not None, "flow": "reindex"},
+        executor=executor,
+        progress=progress,
+    ) as run:
+        run.add(pre, recorded=False)
+        run.ingest(
+            files, files_per_batch=files_per_batch or settings.files_per_batch, batch_bytes=batch_bytes
+        )
+        return run.finish()
+
+
+def run_prune(
+    collection: str,
+    *,
+    settings: Settings | None = None,
+    paths: Sequence[str] = (),
+    soft: bool = False,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Check every live document's source file (only under `paths` when given); drop the vanished ones."""
+    settings = settings or Settings()
+    profile, _ = collection_sources(settings, collection)
+    roots = [source_uri(Path(p).expanduser()) for p in paths]
+    with Run.begin(
+        settings=settings,
+        collection=collection,
+        profile=profile,
+        kind=RunKind.PRUNE,
+        params={"paths": list(paths), "soft": soft, "flow": "prune"},
+        executor=executor,
+        progress=progress,
+    ) as run:
+        run.prune_vanished(roots, soft=soft)
+        return run.finish()
+
+
+# --------------------------------------------------------------------------------- which files
+
+
+def discover_files(paths: Sequence[str | Path]) -> tuple[list[str], Stats, list[str]]:
+    """Supported files under the paths, the discovery tally (skipped, missing) and the prune roots."""
+    stats = Stats()
+    files, skipped, errors = discover(paths)
+    for e in errors:
+        stats.fail(e.source, e.stage, e.reason)
+    for s in skipped:
+        stats.skip(s.uri, s.reason)
+        stats.seen.add(s.uri)
+    roots = [source_uri(Path(p).expanduser()) for p in paths if Path(p).expanduser().exists()]
+    return [str(f.path) for f in files], stats, roots
+
+
+def expand_sources(sources: Sequence[str]) -> tuple[list[str], Stats]:
+    """Paths and glob patterns (`docs/**/*.md`) as paths; a pattern that matches nothing is an error."""
+    paths: list[str] = []
+    stats = Stats()
+    for s in sources:
+        if not any(c in s for c in "*?["):
+            paths.append(s)
+            continue
+        hits = sorted(glob.glob(os.path.expanduser(s), recursive=True))
+        if not hits:
+            stats.fail(s, Stage.DISCOVER, "no files match this pattern")
+        paths += hits
+    return paths, stats
+
+
+def filter_modified(
+    paths: Sequence[str], *, since: datetime | None = None, until: datetime | None = None
+) -> list[str]:
+    """Files last modified in [since, until): a backfill over a date range."""
+    if since is None and until is None:
+        return list(paths)
+    lo = since.timestamp() if since else float("-inf")
+    hi = until.timestamp() if until else float("inf")
+    out = []
+    for p in paths:
+        try:
+            mtime = Path(p).lstat().st_mtime
+        except OSError:
+            out.append(p)  # let the load stage report it
+            continue
+        if lo <= mtime < hi:
+            out.append(p)
+    return out
+
+
+def cut_batches(paths: Sequence[str], *, max_files: int, max_bytes: int | None = None) -> list[list[str]]:
+    """Batches of at most max_files files and about max_bytes bytes, biggest first: big ones start early."""
+    if max_bytes is None:
+        return [list(paths[i : i + max_files]) for i in range(0, len(paths), max_files)]
+
+    def size(p: str) -> int:
+        try:
+            return Path(p).lstat().st_size
+        except OSError:
+            return 0
+
+    batches: list[list[str]] = []
+    cur: list[str] = []
+    cur_bytes = 0
+    for n, p in sorted(((size(p), p) for p in paths), key=lambda t: (-t[0], t[1])):
+        if cur and (len(cur) >= max_files or cur_bytes + n > max_bytes):
+            batches.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(p)
+        cur_bytes += n
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def uri_path(uri: str) -> Path | None:
+    """The local path of a file URI; None for any other kind of source."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    u = urlparse(uri)
+    return Path(url2pathname(u.path)) if u.scheme == "file" else None
+
+
+def collection_sources(settings: Settings, collection: str) -> tuple[Profile, list[str]]:
+    """A collection's stored profile and its live documents' source URIs (what a reindex re-reads)."""
+    with db.connection(db.database_url(settings)) as conn:
+        coll = store.get_collection(conn, collection)
+        if coll is None:
+            raise ConfigError(
+                f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first"
+            )
+        uris = store.source_uris(conn, coll.id)
+    return profile_from_dict(coll.profile, origin=f"collection {collection} profile"), uris

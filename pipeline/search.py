@@ -1,0 +1,33 @@
+"""Search a collection the way users do in SQL: embed the question, call the search functions."""
+
+from __future__ import annotations
+
+from pipeline import db, store
+from pipeline.config import Settings
+from pipeline.errors import ConfigError
+from pipeline.store import SEARCH_MODES, Hit, SearchMode
+
+
+def search(
+    query: str,
+    *,
+    settings: Settings,
+    collection: str = "default",
+    k: int = 5,
+    mode: SearchMode = "hybrid",
+    with_parent: bool = False,
+) -> list[Hit]:
+    """Top-k chunks of a collection for a question (the model is loaded only when vectors are needed)."""
+    if mode not in SEARCH_MODES:
+        raise ConfigError(f"--mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
+    with db.connection(db.database_url(settings)) as conn:
+        if store.get_collection(conn, collection) is None:
+            raise ConfigError(
+                f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first"
+            )
+        vec = None
+        if mode != "fulltext":
+            from pipeline.embed import get_embedder
+
+            vec = get_embedder(settings.model, settings.device).encode([query])[0]
+        return store.search(conn, collection, vec, k=k, query_text=query, mode=mode, with_parent=with_parent)

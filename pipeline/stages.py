@@ -1,0 +1,424 @@
+"""One batch of files through the stages: load -> normalize -> diff -> chunk -> embed -> store.
+
+Each stage is a function with a typed result. `ingest_batch` is the one worker function that serial runs
+call in-process and Prefect tasks call per batch (dlt's pattern): it takes plain values (`RunContext`),
+opens its own connection, and reports progress to whatever reporter it is handed. A document that fails
+is recorded in `ingest_errors` at once (pgai's pattern), so a crash later in the run loses no error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import psycopg
+
+from pipeline import db, store
+from pipeline.chunkers.router import Router
+from pipeline.config import Profile
+from pipeline.embed import embed_with_cache, get_embedder
+from pipeline.errors import ConcurrentUpdate, InputError, SkipFile, TransientError
+from pipeline.incremental import fingerprint, plan_sections
+from pipeline.model import (
+    Chunk,
+    Document,
+    ErrorRecord,
+    SectionPlan,
+    Stage,
+    StoredDocument,
+    embed_hash,
+    sha256,
+)
+from pipeline.normalize import normalize
+from pipeline.sources import SourceFile, discover, read_bytes
+
+#: The stages a progress reporter hears about, in order ("files" counts whole files of a run).
+STAGES = ("load", "normalize", "diff", "chunk", "embed", "store", "prune")
+
+
+class Progress(Protocol):
+    """Where a run reports progress: a stage's total grows, and items of it get done."""
+
+    def add_total(self, stage: str, n: int) -> None: ...
+
+    def advance(self, stage: str, n: int = 1) -> None: ...
+
+
+class NoProgress:
+    """A reporter that reports nowhere (scheduled runs, tests, Prefect tasks)."""
+
+    def add_total(self, stage: str, n: int) -> None:
+        pass
+
+    def advance(self, stage: str, n: int = 1) -> None:
+        pass
+
+
+@dataclass
+class Stats:
+    """What a run (or one batch of it) did; batches add up with `merge`."""
+
+    counts: Counter = field(default_factory=Counter)
+    timings: dict[str, float] = field(default_factory=dict)
+    errors: list[ErrorRecord] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    plan: list[dict] = field(default_factory=list)  # filled by dry runs
+
+    def merge(self, other: Stats) -> Stats:
+        self.counts.update(other.counts)
+        for k, v in other.timings.items():
+            self.timings[k] = self.timings.get(k, 0.0) + v
+        self.errors += other.errors
+        self.warnings += other.warnings
+        self.skipped += other.skipped
+        self.seen |= other.seen
+        self.plan += other.plan
+        return self
+
+    def fail(self, uri: str, stage: str, message: str) -> ErrorRecord:
+        """Count one failed file; the caller decides where the record is written."""
+        rec = ErrorRecord(uri, str(stage), message)
+        self.errors.append(rec)
+        self.counts["documents_failed"] += 1
+        return rec
+
+    def skip(self, uri: str, reason: str) -> None:
+        self.skipped.append((uri, reason))
+        self.counts["documents_skipped"] += 1
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - t0
+
+    def to_json(self) -> dict:
+        return {
+            "counts": dict(self.counts),
+            "timings": {k: round(v, 4) for k, v in self.timings.items()},
+            "errors": [list(e) for e in self.errors],
+            "warnings": [list(w) for w in self.warnings],
+            "skipped": [list(s) for s in self.skipped],
+            "seen": sorted(self.seen),
+            "plan": self.plan,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Stats:
+        return cls(
+            counts=Counter(d.get("counts", {})),
+            timings=dict(d.get("timings", {})),
+            errors=[ErrorRecord(*e) for e in d.get("errors", [])],
+            warnings=[tuple(w) for w in d.get("warnings", [])],
+            skipped=[tuple(s) for s in d.get("skipped", [])],
+            seen=set(d.get("seen", [])),
+            plan=list(d.get("plan", [])),
+        )
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything a batch needs, as plain values (no connections, no models): it travels to any worker."""
+
+    url: str
+    run_id: int | None  # None: a dry run, nothing is written
+    collection_id: int | None  # None: the collection does not exist yet (dry run)
+    collection: str
+    profile: dict
+    model: str
+    dry_run: bool = False
+    device: str | None = None
+    embed_batch_size: int = 64
+    model_limit: int | None = None  # eval only: chunks may exceed the model's input (it truncates)
+
+    def router(self) -> Router:
+        return Router(Profile.model_validate(self.profile), model=self.model, model_limit=self.model_limit)
+
+
+# ------------------------------------------------------------------------------------- one batch
+
+
+@dataclass
+class Batch:
+    """What the stages of one batch share: its connection, run, router, tally and progress."""
+
+    conn: psycopg.Connection
+    ctx: RunContext
+    router: Router
+    stats: Stats
+    progress: Progress
+
+    def fail(self, uri: str, stage: Stage, message: str) -> None:
+        """Count a failed file and write its ingest_errors row now."""
+        rec = self.stats.fail(uri, stage, message)
+        if self.ctx.run_id is not None:
+            store.record_error(self.conn, self.ctx.run_id, *rec)
+
+
+@dataclass
+class Loaded:
+    src: SourceFile
+    data: bytes
+    old: StoredDocument | None
+
+
+@dataclass
+class Parsed:
+    src: SourceFile
+    doc: Document
+    old: StoredDocument | None
+
+
+@dataclass
+class Work:
+    """One document's plan: its chunk settings, section fingerprints, what to keep / chunk / delete."""
+
+    doc: Document
+    chunk_key: str
+    fingerprints: list[str]
+    plan: SectionPlan
+    expected: list[int]  # stored section ids the plan was made against (an optimistic check)
+    is_new: bool
+    chunks: dict[int, list[Chunk]] = field(default_factory=dict)
+
+
+@dataclass
+class Embedded:
+    vectors: dict[str, np.ndarray]  # embed hash -> vector, for every chunk of the batch
+    fresh: list[str]  # hashes embedded now (the rest came from the cache)
+
+
+def ingest_batch(ctx: RunContext, paths: Sequence[str], progress: Progress | None = None) -> Stats:
+    """Ingest one batch of files: a bad file is recorded and the batch goes on with the rest."""
+    stats = Stats()
+    if not paths:
+        return stats
+    with db.connection(ctx.url) as conn:
+        b = Batch(conn, ctx, ctx.router(), stats, progress or NoProgress())
+        files = as_sources(b, paths)
+        work = diff(b, parse(b, load(b, files)))
+        work = chunk(b, work)
+        store_documents(b, work, embed(b, work))
+    return stats
+
+
+def as_sources(b: Batch, paths: Sequence[str]) -> list[SourceFile]:
+    """The batch's paths as typed source files (unsupported ones skipped, missing ones failed)."""
+    files, skipped, errors = discover(paths)
+    for e in errors:
+        b.fail(e.source, Stage(e.stage), e.reason)
+    for s in skipped:
+        b.stats.skip(s.uri, s.reason)
+        b.stats.seen.add(s.uri)
+    return files
+
+
+def is_unchanged(old: StoredDocument | None, data: bytes, router: Router) -> bool:
+    """Same bytes and same chunk settings as stored: the one rule for skipping a file unparsed."""
+    return bool(
+        old
+        and not old.deleted
+        and old.content_hash == sha256(data)
+        and old.chunk_key == router.fingerprint(old.doc_type)
+    )
+
+
+def load(b: Batch, files: Sequence[SourceFile]) -> list[Loaded]:
+    """Read each file; skip the ones stored unchanged."""
+    stored = (
+        store.stored_documents(b.conn, b.ctx.collection_id, [f.uri for f in files])
+        if b.ctx.collection_id is not None
+        else {}
+    )
+    out: list[Loaded] = []
+    with b.stats.timed("load"):
+        for src in files:
+            b.stats.seen.add(src.uri)
+            b.stats.counts["documents_seen"] += 1
+            try:
+                data = read_bytes(src)
+            except InputError as exc:
+                b.fail(src.uri, Stage(exc.stage), exc.reason)
+            else:
+                old = stored.get(src.uri)
+                if is_unchanged(old, data, b.router):
+                    b.stats.counts["documents_unchanged"] += 1
+                else:
+                    out.append(Loaded(src, data, old))
+            b.progress.advance("load")
+    return out
+
+
+def parse(b: Batch, loaded: Sequence[Loaded]) -> list[Parsed]:
+    """Decode, clean and parse each file into a Document with its sections."""
+    profile = b.router.profile
+    out: list[Parsed] = []
+    with b.stats.timed("normalize"):
+        for item in loaded:
+            src = item.src
+            try:
+                doc = normalize(src, item.data, section_tokens=profile.section_tokens_for(src.doc_type))
+            except SkipFile as exc:
+                b.stats.skip(src.uri, exc.reason)
+            except InputError as exc:
+                b.fail(src.uri, Stage.NORMALIZE, exc.reason)
+            except Exception as exc:  # a parser bug must not take the run down with it
+                b.fail(src.uri, Stage.NORMALIZE, f"could not parse: {type(exc).__name__}: {exc}")
+            else:
+                b.stats.warnings += [(src.uri, w) for w in doc.warnings]
+                out.append(Parsed(src, doc, item.old))
+            b.progress.advance("normalize")
+    return out
+
+
+def diff(b: Batch, parsed: Sequence[Parsed]) -> list[Work]:
+    """Match each document's sections to the stored ones by fingerprint: what to keep, chunk, delete."""
+    with b.stats.timed("diff"):
+        old_ids = [p.old.id for p in parsed if p.old is not None]
+        old_sections = store.stored_sections(b.conn, old_ids) if old_ids else {}
+        out: list[Work] = []
+        for p in parsed:
+            key = b.router.fingerprint(p.doc.doc_type)
+            fps = [fingerprint(p.doc, s, key) for s in p.doc.sections]
+            prev = old_sections.get(p.old.id, []) if p.old else []
+            plan = plan_sections(p.doc, fps, prev)
+            is_new = p.old is None or p.old.deleted
+            out.append(Work(p.doc, key, fps, plan, [s.id for s in prev], is_new))
+    return out
+
+
+def chunk(b: Batch, work: Sequence[Work]) -> list[Work]:
+    """Chunk the new or changed sections; a chunker failure fails that document only."""
+    out: list[Work] = []
+    with b.stats.timed("chunk"):
+        for w in work:
+            try:
+                chunker = b.router.chunker_for(w.doc.doc_type)
+                w.chunks = {i: chunker.chunk(w.doc, w.doc.sections[i]) for i in w.plan.new}
+            except Exception as exc:
+                b.fail(w.doc.uri, Stage.CHUNK, f"chunker failed: {type(exc).__name__}: {exc}")
+            else:
+                out.append(w)
+            b.progress.advance("chunk")
+    return out
+
+
+def embed(b: Batch, work: Sequence[Work]) -> Embedded:
+    """Vectors for every chunk: from the cache by model + text hash, the rest embedded in batches."""
+    ctx = b.ctx
+    texts = [c.embed_text for w in work for cs in w.chunks.values() for c in cs]
+    with b.stats.timed("embed"):
+        b.progress.add_total("embed", len(texts))
+        if ctx.dry_run:
+            hashes = list({embed_hash(t) for t in texts})
+            hits = store.cache_lookup(b.conn, ctx.model, hashes) if hashes else {}
+            vectors, fresh = {}, [h for h in hashes if h not in hits]
+        else:
+            vectors, fresh = embed_with_cache(
+                texts,
+                lookup=lambda hs: store.cache_lookup(b.conn, ctx.model, hs),
+                embedder=lambda: get_embedder(ctx.model, ctx.device, ctx.embed_batch_size),
+                progress=lambda n: b.progress.advance("embed", n),
+            )
+        b.stats.counts["chunks_embedded"] += len(fresh)
+        b.stats.counts["chunks_cached"] += len(texts) - len(fresh)
+    return Embedded(vectors, fresh)
+
+
+def store_documents(b: Batch, work: Sequence[Work], embedded: Embedded) -> None:
+    """Swap each document's new state in, one transaction per document (a dry run only plans)."""
+    ctx = b.ctx
+    with b.stats.timed("store"):
+        if not ctx.dry_run and embedded.fresh:
+            store.cache_store(b.conn, ctx.model, {h: embedded.vectors[h] for h in embedded.fresh})
+        for w in work:
+            _count_plan(b.stats, w)
+            if ctx.dry_run:
+                b.stats.plan.append(_plan_row(w))
+            else:
+                _write(b, w, embedded.vectors)
+            b.progress.advance("store")
+
+
+def _write(b: Batch, w: Work, vectors: dict[str, np.ndarray]) -> None:
+    assert b.ctx.collection_id is not None
+    try:
+        store.write_document(
+            b.conn,
+            collection_id=b.ctx.collection_id,
+            doc=w.doc,
+            chunk_key=w.chunk_key,
+            fingerprints=w.fingerprints,
+            plan=w.plan,
+            new_chunks=w.chunks,
+            vectors=vectors,
+            model=b.ctx.model,
+            run_id=b.ctx.run_id,
+            expected_sections=w.expected,
+        )
+    except ConcurrentUpdate as exc:
+        raise TransientError(f"{w.doc.uri}: {exc}") from exc
+    except psycopg.errors.SerializationFailure as exc:
+        raise TransientError(f"{w.doc.uri}: {exc}") from exc
+    except psycopg.OperationalError as exc:
+        raise TransientError(f"database connection lost while storing {w.doc.uri}: {exc}") from exc
+    except psycopg.IntegrityError as exc:  # e.g. a chunker bug: this document only, rolled back
+        b.fail(w.doc.uri, Stage.STORE, f"rejected by the database: {exc}".strip())
+
+
+def _count_plan(stats: Stats, w: Work) -> None:
+    c = stats.counts
+    c["documents_new" if w.is_new else "documents_changed"] += 1
+    c["sections_kept"] += len(w.plan.keep)
+    c["sections_rechunked"] += len(w.plan.new)
+    c["sections_deleted"] += len(w.plan.delete)
+    c["chunks_written"] += sum(len(v) for v in w.chunks.values())
+    c["chunks_deleted"] += w.plan.deleted_chunks
+
+
+def _plan_row(w: Work) -> dict:
+    return {
+        "uri": w.doc.uri,
+        "action": "new" if w.is_new else "update",
+        "sections_kept": len(w.plan.keep),
+        "sections_rechunked": len(w.plan.new),
+        "sections_deleted": len(w.plan.delete),
+        "chunks": sum(len(v) for v in w.chunks.values()),
+    }
+
+
+def index_prepared(ctx: RunContext, work: Sequence[Work], progress: Progress | None = None) -> Stats:
+    """Embed and store documents whose chunks were made elsewhere (a peer library in a benchmark)."""
+    stats = Stats()
+    with db.connection(ctx.url) as conn:
+        b = Batch(conn, ctx, ctx.router(), stats, progress or NoProgress())
+        store_documents(b, work, embed(b, work))
+    return stats
+
+
+def preview_chunks(
+    path: Path, profile: Profile, *, model: str
+) -> tuple[Document, str, list[tuple[int, Chunk]]]:
+    """One file through load, normalize and chunk, nothing stored: (document, chunker line, chunks)."""
+    from pipeline.errors import ConfigError
+    from pipeline.sources import detect, source_uri
+
+    kind = detect(path)
+    if kind is None:
+        raise ConfigError(f"{path}: unsupported file type {path.suffix!r}")
+    src = SourceFile(path, source_uri(path), kind[0], kind[1])
+    doc = normalize(src, read_bytes(src), section_tokens=profile.section_tokens_for(src.doc_type))
+    chunker = Router(profile, model=model).chunker_for(doc.doc_type)
+    cfg = chunker.config
+    out = [(i, c) for i, sec in enumerate(doc.sections) for c in chunker.chunk(doc, sec)]
+    return doc, f"{cfg.kind} size={cfg.size} {cfg.unit}", out

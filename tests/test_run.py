@@ -1,0 +1,127 @@
+"""A run's life cycle: one Run for every path, errors written as they happen, typed ledger states."""
+
+from __future__ import annotations
+
+import os
+
+import psycopg
+import pytest
+
+from pipeline import stages, store
+from pipeline.config import Profile
+from pipeline.model import RunKind, RunStatus
+from pipeline.run import Run, reporting, run_ingest
+
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
+
+
+class Recorder:
+    """A progress reporter that remembers what it was told."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, int] = {}
+        self.done: dict[str, int] = {}
+
+    def add_total(self, stage: str, n: int) -> None:
+        self.totals[stage] = self.totals.get(stage, 0) + n
+
+    def advance(self, stage: str, n: int = 1) -> None:
+        self.done[stage] = self.done.get(stage, 0) + n
+
+
+@pytest.fixture
+def folder(tmp_path):
+    d = tmp_path / "src"
+    d.mkdir()
+    for i, animal in enumerate(("pelicans", "walruses", "otters")):
+        (d / f"{i}-{animal}.md").write_text(f"# {animal.title()}\n\nA short note about {animal}.\n")
+    return d
+
+
+def test_errors_are_written_when_the_file_fails_not_when_the_run_ends(folder, settings, conn, monkeypatch):
+    (folder / "3-broken.md").write_bytes(PNG)
+    real_write = store.write_document
+    errors_seen_at_store: list[int] = []
+
+    def crash_on_otters(c, **kw):
+        if kw["doc"].uri.endswith("otters.md"):
+            errors_seen_at_store.append(conn.execute("SELECT count(*) FROM ingest_errors").fetchone()[0])
+            raise KeyboardInterrupt  # the process is stopped mid-store
+        return real_write(c, **kw)
+
+    monkeypatch.setattr(store, "write_document", crash_on_otters)
+    with pytest.raises(KeyboardInterrupt):
+        run_ingest([folder], settings=settings, files_per_batch=10, batch_bytes=None)
+    # the broken file's error was in the table before the crash, and it is still there after it
+    assert errors_seen_at_store == [1]
+    run_id, status = conn.execute("SELECT id, status FROM runs").fetchone()
+    assert status == "crashed"
+    rows = store.run_errors(conn, run_id)
+    assert [(u.rsplit("/", 1)[-1], s) for u, s, _ in rows] == [("3-broken.md", "normalize")]
+    # the collection lock went with the crashed run's connection: the next run proceeds and completes
+    monkeypatch.setattr(store, "write_document", real_write)
+    stats, _, status = run_ingest([folder], settings=settings)
+    assert status == RunStatus.FAILED and [e.uri.rsplit("/", 1)[-1] for e in stats.errors] == ["3-broken.md"]
+    assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] == 3
+
+
+def test_a_retried_batch_records_its_errors_once(folder, settings, conn):
+    (folder / "3-broken.md").write_bytes(PNG)
+    with Run.begin(settings=settings, collection="default", profile=Profile(), kind=RunKind.INGEST) as run:
+        for _ in range(2):  # a transient failure after the error was written: the task runs again
+            run.add(stages.ingest_batch(run.ctx, [str(p) for p in sorted(folder.iterdir())]))
+        result = run.finish()
+    assert result.status is RunStatus.FAILED
+    assert len(store.run_errors(conn, result.run_id)) == 1
+
+
+def test_ledger_states_are_checked_by_the_database(conn):
+    conn.execute("INSERT INTO runs (kind) VALUES ('ingest')")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("INSERT INTO runs (kind) VALUES ('reticulate')")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("UPDATE runs SET status = 'done', finished_at = now()")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("UPDATE runs SET status = 'completed'")  # finished runs have a finish time
+    run_id = conn.execute("SELECT id FROM runs").fetchone()[0]
+    with pytest.raises(psycopg.errors.CheckViolation):
+        store.record_error(conn, run_id, "file:///x", "unpacking", "no such stage")
+    for kind in RunKind:
+        conn.execute("INSERT INTO runs (kind, status, finished_at) VALUES (%s, %s, now())", (kind, "crashed"))
+    for status in RunStatus:
+        finished = None if status is RunStatus.RUNNING else "now"
+        conn.execute(
+            "INSERT INTO runs (status, finished_at) VALUES (%s, %s::timestamptz)", (status, finished)
+        )
+
+
+def test_progress_goes_to_the_reporter_passed_in_or_set_for_the_block(folder, settings):
+    direct = Recorder()
+    run_ingest([folder], settings=settings, progress=direct)
+    assert direct.totals["files"] == direct.done["files"] == 3
+    assert direct.done["store"] == 3 and direct.done["embed"] == direct.totals["embed"] > 0
+    (folder / "0-pelicans.md").write_text("# Pelicans\n\nPelicans scoop fish with their pouch.\n")
+    scoped = Recorder()
+    with reporting(scoped):
+        run_ingest([folder], settings=settings)
+    assert scoped.done["files"] == 3 and scoped.done["store"] == 1  # two files were resumed unchanged
+    assert direct.done["files"] == 3  # the first reporter heard nothing of the second run
+
+
+def test_dry_run_has_no_run_id_and_writes_nothing(folder, settings, conn):
+    stats, run_id, status = run_ingest([folder], settings=settings, dry_run=True)
+    assert run_id is None and status is RunStatus.COMPLETED
+    assert [r["action"] for r in stats.plan] == ["new"] * 3
+    assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] == 0
+
+
+def test_a_stored_file_replaced_by_a_fifo_is_reported_not_waited_on(folder, settings):
+    run_ingest([folder], settings=settings)
+    target = folder / "1-walruses.md"
+    target.unlink()
+    os.mkfifo(target)
+    stats, _, status = run_ingest([folder], settings=settings)  # would block forever on a read
+    assert status is RunStatus.FAILED
+    assert [(e.uri.rsplit("/", 1)[-1], e.stage) for e in stats.errors] == [("1-walruses.md", "load")]
+    assert "not a regular file" in stats.errors[0].message
