@@ -102,7 +102,7 @@ def main() -> None:
     import flows  # noqa: F401  (quiet Prefect defaults)
     from flows.common import BATCH_BYTES
     from pipeline.config import Settings
-    from pipeline.run import cut_batches
+    from pipeline.sources import cut_batches
 
     files = corpus_files(args.corpus, args.files)
     size = sum(Path(f).stat().st_size for f in files)

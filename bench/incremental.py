@@ -34,7 +34,7 @@ def sync(src: Path, dst: Path) -> None:
 
 def chunkyard_steps(data: Path, work: Path, url: str) -> list[dict]:
     from pipeline.config import Settings
-    from pipeline.run import run_ingest
+    from pipeline.ingest import run_ingest
 
     settings = Settings(database_url=url)
     rows = []

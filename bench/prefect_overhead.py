@@ -78,7 +78,7 @@ def main() -> None:
     import flows  # noqa: F401  (quiet Prefect defaults)
     from pipeline.config import Settings
     from pipeline.embed import get_embedder
-    from pipeline.run import run_ingest
+    from pipeline.ingest import run_ingest
 
     files = corpus_files(args.corpus, args.files)
     size = sum(Path(f).stat().st_size for f in files)
@@ -95,7 +95,7 @@ def main() -> None:
 
         from flows.common import ingest_batch_task, outcome
         from flows.ingest import ingest_flow
-        from pipeline import stages
+        from pipeline.model import RunContext
 
         # The temporary Prefect server starts on the first flow call: time it on its own.
         @flow(name="bench-noop", validate_parameters=False)
@@ -103,9 +103,7 @@ def main() -> None:
             futures = [ingest_batch_task.submit(ctx, []) for _ in range(n)]
             return sum(len(f.result()["counts"]) for f in futures)
 
-        ctx = stages.RunContext(
-            url=url, run_id=None, collection_id=None, collection="x", profile={}, model="m"
-        )
+        ctx = RunContext(url=url, run_id=None, collection_id=None, collection="x", profile={}, model="m")
         t = time.perf_counter()
         noop_flow(1, ctx)
         startup = time.perf_counter() - t
@@ -191,7 +189,7 @@ def _plain(run_ingest, files, settings, collection) -> tuple[float, dict]:
 def _flow(flow, outcome, files, collection, **params) -> tuple[float, dict]:
     from flows.common import BATCH_BYTES
     from pipeline.config import Settings
-    from pipeline.run import cut_batches
+    from pipeline.sources import cut_batches
 
     s = Settings()
     t = time.perf_counter()

@@ -12,7 +12,8 @@ from pydantic import Field
 from flows.common import CollectionName, PrefectExecutor, finish
 from flows.runners import settings_task_runner
 from pipeline.config import Profile
-from pipeline.run import BATCH_BYTES, run_backfill
+from pipeline.ingest import run_backfill
+from pipeline.run import BATCH_BYTES
 
 
 @flow(

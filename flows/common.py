@@ -14,8 +14,8 @@ from pydantic import Field
 
 from pipeline import stages
 from pipeline.errors import ChunkyardError, TransientError
+from pipeline.model import Progress, RunContext, Stats
 from pipeline.run import BatchResult, RunResult
-from pipeline.stages import Progress, RunContext, Stats
 
 #: A collection name as a flow parameter.
 CollectionName = Annotated[str, Field(min_length=1, max_length=200)]

@@ -11,7 +11,8 @@ from pydantic import Field
 from flows.common import CollectionName, PrefectExecutor, finish
 from flows.runners import settings_task_runner
 from pipeline.config import Profile
-from pipeline.run import BATCH_BYTES, run_ingest
+from pipeline.ingest import run_ingest
+from pipeline.run import BATCH_BYTES
 
 
 @flow(name="chunkyard-ingest", log_prints=False, validate_parameters=True, task_runner=settings_task_runner())

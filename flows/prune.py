@@ -7,7 +7,7 @@ from prefect.states import State
 
 from flows.common import CollectionName, PrefectExecutor, finish
 from flows.runners import settings_task_runner
-from pipeline.run import run_prune
+from pipeline.ingest import run_prune
 
 
 @flow(name="chunkyard-prune", log_prints=False, validate_parameters=True, task_runner=settings_task_runner())

@@ -11,7 +11,8 @@ from pydantic import Field
 from flows.common import CollectionName, PrefectExecutor, finish
 from flows.runners import settings_task_runner
 from pipeline.config import Profile
-from pipeline.run import BATCH_BYTES, run_reindex
+from pipeline.ingest import run_reindex
+from pipeline.run import BATCH_BYTES
 
 
 @flow(

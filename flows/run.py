@@ -10,8 +10,8 @@ from typing import Any
 from flows.common import outcome
 from flows.runners import task_runner
 from pipeline.config import Settings
+from pipeline.model import NoProgress, Progress
 from pipeline.run import reporting
-from pipeline.stages import NoProgress, Progress
 
 log = logging.getLogger(__name__)
 

@@ -119,7 +119,7 @@ def ingest(
         _run(_flow("ingest", params | {"profile": prof.as_json()}), as_json=as_json)
 
     def plain(bars: console.Bars) -> dict:
-        from pipeline.run import run_ingest
+        from pipeline.ingest import run_ingest
 
         return run_ingest(**params, profile=prof, progress=bars).summary(collection)
 

@@ -7,11 +7,24 @@ chunker made them. Identity is content-derived everywhere: sha256 of normalized 
 from __future__ import annotations
 
 import hashlib
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 Span = tuple[int, int]
+
+
+def strip_span(text: str, a: int, b: int) -> Span:
+    """Shrink a span to exclude leading and trailing whitespace (chunks and sections span content only)."""
+    while a < b and text[a].isspace():
+        a += 1
+    while b > a and text[b - 1].isspace():
+        b -= 1
+    return a, b
 
 
 # ---------------------------------------------------------------------------------------------- hashes
@@ -177,3 +190,109 @@ class ErrorRecord(NamedTuple):
     uri: str
     stage: str
     message: str
+
+
+# ------------------------------------------------------------------------------ a run's tally
+
+#: The stages a progress reporter hears about, in order ("files" counts whole files of a run).
+STAGES = ("load", "normalize", "diff", "chunk", "embed", "store", "prune")
+
+
+class Progress(Protocol):
+    """Where a run reports progress: a stage's total grows, and items of it get done."""
+
+    def add_total(self, stage: str, n: int) -> None: ...
+
+    def advance(self, stage: str, n: int = 1) -> None: ...
+
+
+class NoProgress:
+    """A reporter that reports nowhere (scheduled runs, tests, Prefect tasks)."""
+
+    def add_total(self, stage: str, n: int) -> None:
+        pass
+
+    def advance(self, stage: str, n: int = 1) -> None:
+        pass
+
+
+@dataclass
+class Stats:
+    """What a run (or one batch of it) did; batches add up with `merge`."""
+
+    counts: Counter = field(default_factory=Counter)
+    timings: dict[str, float] = field(default_factory=dict)
+    errors: list[ErrorRecord] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    plan: list[dict] = field(default_factory=list)  # filled by dry runs
+
+    def merge(self, other: Stats) -> Stats:
+        self.counts.update(other.counts)
+        for k, v in other.timings.items():
+            self.timings[k] = self.timings.get(k, 0.0) + v
+        self.errors += other.errors
+        self.warnings += other.warnings
+        self.skipped += other.skipped
+        self.seen |= other.seen
+        self.plan += other.plan
+        return self
+
+    def fail(self, uri: str, stage: str, message: str) -> ErrorRecord:
+        """Count one failed file; the caller decides where the record is written."""
+        rec = ErrorRecord(uri, str(stage), message)
+        self.errors.append(rec)
+        self.counts["documents_failed"] += 1
+        return rec
+
+    def skip(self, uri: str, reason: str) -> None:
+        self.skipped.append((uri, reason))
+        self.counts["documents_skipped"] += 1
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - t0
+
+    def to_json(self) -> dict:
+        return {
+            "counts": dict(self.counts),
+            "timings": {k: round(v, 4) for k, v in self.timings.items()},
+            "errors": [list(e) for e in self.errors],
+            "warnings": [list(w) for w in self.warnings],
+            "skipped": [list(s) for s in self.skipped],
+            "seen": sorted(self.seen),
+            "plan": self.plan,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Stats:
+        return cls(
+            counts=Counter(d.get("counts", {})),
+            timings=dict(d.get("timings", {})),
+            errors=[ErrorRecord(*e) for e in d.get("errors", [])],
+            warnings=[tuple(w) for w in d.get("warnings", [])],
+            skipped=[tuple(s) for s in d.get("skipped", [])],
+            seen=set(d.get("seen", [])),
+            plan=list(d.get("plan", [])),
+        )
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything a batch needs, as plain values (no connections, no models): it travels to any worker."""
+
+    url: str
+    run_id: int | None  # None: a dry run, nothing is written
+    collection_id: int | None  # None: the collection does not exist yet (dry run)
+    collection: str
+    profile: dict
+    model: str
+    dry_run: bool = False
+    device: str | None = None
+    embed_batch_size: int = 64
+    model_limit: int | None = None  # eval only: chunks may exceed the model's input (it truncates)

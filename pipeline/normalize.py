@@ -10,9 +10,9 @@ import re
 import unicodedata
 
 from pipeline.errors import InputError, SkipFile
-from pipeline.model import Document, Section, sha256
+from pipeline.model import Document, Section, sha256, strip_span
 from pipeline.parse import parse
-from pipeline.parse.sections import link_parents, split_large_sections, strip_span
+from pipeline.parse.sections import link_parents, split_large_sections
 from pipeline.sources import SourceFile
 
 # --------------------------------------------------------------------------------------------- decode

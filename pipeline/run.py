@@ -1,6 +1,6 @@
 """A run's life cycle, in one place: begin, resume, batches, prune, finish or abort.
 
-Every way of running goes through `Run`: `run_ingest` (the CLI without Prefect, tests, benchmarks,
+Every way of running goes through `Run`: `pipeline.ingest` (the CLI without Prefect, tests, benchmarks,
 evaluation), and the Prefect flows, which pass an executor that turns each batch into a task. The batch
 work itself is `stages.ingest_batch`, the same function in both cases. Progress goes to a reporter
 passed in (or set for a block of code with `reporting`), never to a module-global hook.
@@ -8,24 +8,28 @@ passed in (or set for a block of code with `reporting`), never to a module-globa
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import psycopg
 
-from pipeline import db, store
-from pipeline.config import Profile, Settings, profile_from_dict
+from pipeline import db, stages, store
+from pipeline.config import Profile, Settings
 from pipeline.embed import model_dim
-from pipeline.errors import ConfigError, TransientError
-from pipeline.model import ErrorRecord, RunKind, RunStatus, Stage
-from pipeline.sources import discover, read_bytes, source_uri
-from pipeline.stages import NoProgress, Progress, RunContext, Stats, ingest_batch, is_unchanged
+from pipeline.errors import TransientError
+from pipeline.model import ErrorRecord, NoProgress, Progress, RunContext, RunKind, RunStatus, Stage, Stats
+from pipeline.sources import (
+    cut_batches,
+    discover,
+    read_bytes,
+    source_uri,
+    uri_path,
+)
+from pipeline.stages import is_unchanged, router_for
 
 #: Bytes of changed files per batch. Measured (bench/prefect_overhead.py): a task costs Prefect 0.01-0.15 s
 #: and a flow run about 1.2 s, while embedding 256 KiB of text takes 30-60 s on 2 CPU cores (about a second
@@ -72,7 +76,7 @@ class Serial:
         self, ctx: RunContext, batches: Sequence[list[str]], progress: Progress
     ) -> Iterator[BatchResult]:
         for b in batches:
-            yield b, ingest_batch(ctx, b, progress)
+            yield b, stages.ingest_batch(ctx, b, progress)
 
     def step(self, fn: Callable[..., Stats], ctx: RunContext, *args: Any) -> Stats:
         return fn(ctx, *args)
@@ -220,7 +224,7 @@ class Run:
         """Files still to do; those stored unchanged (by a finished or interrupted run) are counted done."""
         if self.ctx.collection_id is None:
             return list(files)
-        router = self.ctx.router()
+        router = router_for(self.ctx)
         by_uri = {source_uri(Path(p)): p for p in files}
         stored = store.stored_documents(self.conn, self.ctx.collection_id, list(by_uri))
         todo = []
@@ -256,13 +260,7 @@ class Run:
         try:
             if self.ctx.run_id is not None:
                 store.refresh_fts_stats(self.conn, self.ctx.collection_id)
-                store.finish_run(
-                    self.conn,
-                    self.ctx.run_id,
-                    status=self.status,
-                    counts=dict(self.stats.counts),
-                    timings=self.stats.timings,
-                )
+                self._write_ledger()
                 store.unlock_collection(self.conn, self.ctx.collection_id)
         finally:
             self.conn.close()
@@ -273,17 +271,16 @@ class Run:
         self.status = RunStatus.CRASHED
         try:
             if self.ctx.run_id is not None and not self.conn.closed:
-                store.finish_run(
-                    self.conn,
-                    self.ctx.run_id,
-                    status=RunStatus.CRASHED,
-                    counts=dict(self.stats.counts),
-                    timings=self.stats.timings,
-                )
+                self._write_ledger()
         except psycopg.Error:
             pass  # the database is what failed: the next run marks this one crashed
         finally:
             self.conn.close()
+
+    def _write_ledger(self) -> None:
+        assert self.ctx.run_id is not None
+        counts, timings = dict(self.stats.counts), self.stats.timings
+        store.finish_run(self.conn, self.ctx.run_id, status=self.status, counts=counts, timings=timings)
 
 
 # ------------------------------------------------------------------------------- steps (any worker)
@@ -317,261 +314,3 @@ def prune_vanished(ctx: RunContext, roots: list[str], soft: bool) -> Stats:
     stats.counts["documents_deleted"] += n_docs
     stats.counts["chunks_deleted"] += n_chunks
     return stats
-
-
-# ----------------------------------------------------------------------------------- whole runs
-
-
-def run_ingest(
-    paths: Sequence[str | Path],
-    *,
-    settings: Settings | None = None,
-    collection: str | None = None,
-    profile: Profile | None = None,
-    dry_run: bool = False,
-    prune: bool = True,
-    soft_delete: bool = False,
-    files_per_batch: int | None = None,
-    batch_bytes: int | None = BATCH_BYTES,
-    executor: Executor | None = None,
-    progress: Progress | None = None,
-    model_limit: int | None = None,
-    kind: RunKind = RunKind.INGEST,
-    flow: str | None = None,
-) -> RunResult:
-    """Ingest files and folders into one collection; files gone from the folders are pruned."""
-    settings = settings or Settings()
-    files, found, roots = discover_files(paths)
-    params = {"paths": [str(p) for p in paths], "dry_run": dry_run} | ({"flow": flow} if flow else {})
-    with Run.begin(
-        settings=settings,
-        collection=collection or settings.collection,
-        profile=profile or Profile(),
-        kind=kind,
-        params=params,
-        dry_run=dry_run,
-        executor=executor,
-        progress=progress,
-        model_limit=model_limit,
-    ) as run:
-        run.add(found, recorded=False)
-        run.ingest(
-            files, files_per_batch=files_per_batch or settings.files_per_batch, batch_bytes=batch_bytes
-        )
-        if prune:
-            run.prune_missing(roots, soft=soft_delete)
-        return run.finish()
-
-
-def run_backfill(
-    sources: Sequence[str],
-    *,
-    settings: Settings | None = None,
-    collection: str = "default",
-    profile: Profile | None = None,
-    modified_since: datetime | None = None,
-    modified_until: datetime | None = None,
-    prune: bool = False,
-    soft_delete: bool = False,
-    files_per_batch: int | None = None,
-    batch_bytes: int | None = BATCH_BYTES,
-    executor: Executor | None = None,
-    progress: Progress | None = None,
-) -> RunResult:
-    """Ingest many sources (globs, a modification-date range); rerun after an interruption to finish."""
-    settings = settings or Settings()
-    has_glob = any(c in s for s in sources for c in "*?[")
-    if prune and (has_glob or modified_since or modified_until):
-        raise ConfigError("prune needs plain folders: with a glob or a date range, unseen files are not gone")
-    if modified_since and modified_until and modified_since >= modified_until:
-        raise ConfigError("modified_since must be before modified_until")
-    paths, pre = expand_sources(sources)
-    files, found, roots = discover_files(paths)
-    pre.merge(found)
-    files = filter_modified(files, since=modified_since, until=modified_until)
-    params = {"sources": list(sources), "modified_since": modified_since, "modified_until": modified_until}
-    with Run.begin(
-        settings=settings,
-        collection=collection,
-        profile=profile or Profile(),
-        kind=RunKind.BACKFILL,
-        params=params | {"flow": "backfill"},
-        executor=executor,
-        progress=progress,
-    ) as run:
-        run.add(pre, recorded=False)
-        run.ingest(
-            files, files_per_batch=files_per_batch or settings.files_per_batch, batch_bytes=batch_bytes
-        )
-        if prune:
-            run.prune_missing(roots, soft=soft_delete)
-        return run.finish()
-
-
-def run_reindex(
-    collection: str,
-    *,
-    settings: Settings | None = None,
-    profile: Profile | None = None,
-    files_per_batch: int | None = None,
-    batch_bytes: int | None = BATCH_BYTES,
-    executor: Executor | None = None,
-    progress: Progress | None = None,
-) -> RunResult:
-    """Re-read a collection's source files and redo what a new profile or model changes.
-
-    Only sections whose fingerprint (content + chunker settings + model) changed are re-chunked, and a
-    chunk whose text is unchanged takes its embedding from the cache. Without a profile, the stored one.
-    """
-    settings = settings or Settings()
-    stored, uris = collection_sources(settings, collection)
-    files, pre = [], Stats()
-    for uri in uris:
-        path = uri_path(uri)
-        if path is None:
-            why = "not a file URI: reindex can only re-read local files"
-        elif not os.path.lexists(path):
-            why = f"source file is gone (`chunkyard prune -c {collection}` removes its rows)"
-        else:
-            files.append(str(path))
-            continue
-        pre.seen.add(uri)
-        pre.counts["documents_seen"] += 1
-        pre.fail(uri, Stage.LOAD, why)
-    with Run.begin(
-        settings=settings,
-        collection=collection,
-        profile=profile or stored,
-        kind=RunKind.REINDEX,
-        params={"collection": collection, "profile_given": profile is not None, "flow": "reindex"},
-        executor=executor,
-        progress=progress,
-    ) as run:
-        run.add(pre, recorded=False)
-        run.ingest(
-            files, files_per_batch=files_per_batch or settings.files_per_batch, batch_bytes=batch_bytes
-        )
-        return run.finish()
-
-
-def run_prune(
-    collection: str,
-    *,
-    settings: Settings | None = None,
-    paths: Sequence[str] = (),
-    soft: bool = False,
-    executor: Executor | None = None,
-    progress: Progress | None = None,
-) -> RunResult:
-    """Check every live document's source file (only under `paths` when given); drop the vanished ones."""
-    settings = settings or Settings()
-    profile, _ = collection_sources(settings, collection)
-    roots = [source_uri(Path(p).expanduser()) for p in paths]
-    with Run.begin(
-        settings=settings,
-        collection=collection,
-        profile=profile,
-        kind=RunKind.PRUNE,
-        params={"paths": list(paths), "soft": soft, "flow": "prune"},
-        executor=executor,
-        progress=progress,
-    ) as run:
-        run.prune_vanished(roots, soft=soft)
-        return run.finish()
-
-
-# --------------------------------------------------------------------------------- which files
-
-
-def discover_files(paths: Sequence[str | Path]) -> tuple[list[str], Stats, list[str]]:
-    """Supported files under the paths, the discovery tally (skipped, missing) and the prune roots."""
-    stats = Stats()
-    files, skipped, errors = discover(paths)
-    for e in errors:
-        stats.fail(e.source, e.stage, e.reason)
-    for s in skipped:
-        stats.skip(s.uri, s.reason)
-        stats.seen.add(s.uri)
-    roots = [source_uri(Path(p).expanduser()) for p in paths if Path(p).expanduser().exists()]
-    return [str(f.path) for f in files], stats, roots
-
-
-def expand_sources(sources: Sequence[str]) -> tuple[list[str], Stats]:
-    """Paths and glob patterns (`docs/**/*.md`) as paths; a pattern that matches nothing is an error."""
-    paths: list[str] = []
-    stats = Stats()
-    for s in sources:
-        if not any(c in s for c in "*?["):
-            paths.append(s)
-            continue
-        hits = sorted(glob.glob(os.path.expanduser(s), recursive=True))
-        if not hits:
-            stats.fail(s, Stage.DISCOVER, "no files match this pattern")
-        paths += hits
-    return paths, stats
-
-
-def filter_modified(
-    paths: Sequence[str], *, since: datetime | None = None, until: datetime | None = None
-) -> list[str]:
-    """Files last modified in [since, until): a backfill over a date range."""
-    if since is None and until is None:
-        return list(paths)
-    lo = since.timestamp() if since else float("-inf")
-    hi = until.timestamp() if until else float("inf")
-    out = []
-    for p in paths:
-        try:
-            mtime = Path(p).lstat().st_mtime
-        except OSError:
-            out.append(p)  # let the load stage report it
-            continue
-        if lo <= mtime < hi:
-            out.append(p)
-    return out
-
-
-def cut_batches(paths: Sequence[str], *, max_files: int, max_bytes: int | None = None) -> list[list[str]]:
-    """Batches of at most max_files files and about max_bytes bytes, biggest first: big ones start early."""
-    if max_bytes is None:
-        return [list(paths[i : i + max_files]) for i in range(0, len(paths), max_files)]
-
-    def size(p: str) -> int:
-        try:
-            return Path(p).lstat().st_size
-        except OSError:
-            return 0
-
-    batches: list[list[str]] = []
-    cur: list[str] = []
-    cur_bytes = 0
-    for n, p in sorted(((size(p), p) for p in paths), key=lambda t: (-t[0], t[1])):
-        if cur and (len(cur) >= max_files or cur_bytes + n > max_bytes):
-            batches.append(cur)
-            cur, cur_bytes = [], 0
-        cur.append(p)
-        cur_bytes += n
-    if cur:
-        batches.append(cur)
-    return batches
-
-
-def uri_path(uri: str) -> Path | None:
-    """The local path of a file URI; None for any other kind of source."""
-    from urllib.parse import urlparse
-    from urllib.request import url2pathname
-
-    u = urlparse(uri)
-    return Path(url2pathname(u.path)) if u.scheme == "file" else None
-
-
-def collection_sources(settings: Settings, collection: str) -> tuple[Profile, list[str]]:
-    """A collection's stored profile and its live documents' source URIs (what a reindex re-reads)."""
-    with db.connection(db.database_url(settings)) as conn:
-        coll = store.get_collection(conn, collection)
-        if coll is None:
-            raise ConfigError(
-                f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first"
-            )
-        uris = store.source_uris(conn, coll.id)
-    return profile_from_dict(coll.profile, origin=f"collection {collection} profile"), uris

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from pipeline.errors import InputError
@@ -130,3 +132,75 @@ def read_bytes(src: SourceFile) -> bytes:
         raise InputError(src.uri, "permission denied: make the file readable for this user") from exc
     except OSError as exc:
         raise InputError(src.uri, f"cannot read file ({exc.strerror or exc})") from exc
+
+
+# ------------------------------------------------------------- which files a run takes, in which batches
+
+
+def expand_sources(sources: Sequence[str]) -> tuple[list[str], list[InputError]]:
+    """Paths and glob patterns (`docs/**/*.md`) as paths; a pattern that matches nothing is an error."""
+    paths: list[str] = []
+    errors: list[InputError] = []
+    for s in sources:
+        if not any(c in s for c in "*?["):
+            paths.append(s)
+            continue
+        hits = sorted(glob.glob(os.path.expanduser(s), recursive=True))
+        if not hits:
+            errors.append(InputError(s, "no files match this pattern", stage="discover"))
+        paths += hits
+    return paths, errors
+
+
+def filter_modified(
+    paths: Sequence[str], *, since: datetime | None = None, until: datetime | None = None
+) -> list[str]:
+    """Files last modified in [since, until): a backfill over a date range."""
+    if since is None and until is None:
+        return list(paths)
+    lo = since.timestamp() if since else float("-inf")
+    hi = until.timestamp() if until else float("inf")
+    out = []
+    for p in paths:
+        try:
+            mtime = Path(p).lstat().st_mtime
+        except OSError:
+            out.append(p)  # let the load stage report it
+            continue
+        if lo <= mtime < hi:
+            out.append(p)
+    return out
+
+
+def cut_batches(paths: Sequence[str], *, max_files: int, max_bytes: int | None = None) -> list[list[str]]:
+    """Batches of at most max_files files and about max_bytes bytes, biggest first: big ones start early."""
+    if max_bytes is None:
+        return [list(paths[i : i + max_files]) for i in range(0, len(paths), max_files)]
+
+    def size(p: str) -> int:
+        try:
+            return Path(p).lstat().st_size
+        except OSError:
+            return 0
+
+    batches: list[list[str]] = []
+    cur: list[str] = []
+    cur_bytes = 0
+    for n, p in sorted(((size(p), p) for p in paths), key=lambda t: (-t[0], t[1])):
+        if cur and (len(cur) >= max_files or cur_bytes + n > max_bytes):
+            batches.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(p)
+        cur_bytes += n
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def uri_path(uri: str) -> Path | None:
+    """The local path of a file URI; None for any other kind of source."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    u = urlparse(uri)
+    return Path(url2pathname(u.path)) if u.scheme == "file" else None

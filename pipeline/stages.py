@@ -8,13 +8,9 @@ is recorded in `ingest_errors` at once (pgai's pattern), so a crash later in the
 
 from __future__ import annotations
 
-import time
-from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import psycopg
@@ -28,122 +24,18 @@ from pipeline.incremental import fingerprint, plan_sections
 from pipeline.model import (
     Chunk,
     Document,
-    ErrorRecord,
+    NoProgress,
+    Progress,
+    RunContext,
     SectionPlan,
     Stage,
+    Stats,
     StoredDocument,
     embed_hash,
     sha256,
 )
 from pipeline.normalize import normalize
 from pipeline.sources import SourceFile, discover, read_bytes
-
-#: The stages a progress reporter hears about, in order ("files" counts whole files of a run).
-STAGES = ("load", "normalize", "diff", "chunk", "embed", "store", "prune")
-
-
-class Progress(Protocol):
-    """Where a run reports progress: a stage's total grows, and items of it get done."""
-
-    def add_total(self, stage: str, n: int) -> None: ...
-
-    def advance(self, stage: str, n: int = 1) -> None: ...
-
-
-class NoProgress:
-    """A reporter that reports nowhere (scheduled runs, tests, Prefect tasks)."""
-
-    def add_total(self, stage: str, n: int) -> None:
-        pass
-
-    def advance(self, stage: str, n: int = 1) -> None:
-        pass
-
-
-@dataclass
-class Stats:
-    """What a run (or one batch of it) did; batches add up with `merge`."""
-
-    counts: Counter = field(default_factory=Counter)
-    timings: dict[str, float] = field(default_factory=dict)
-    errors: list[ErrorRecord] = field(default_factory=list)
-    warnings: list[tuple[str, str]] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)
-    plan: list[dict] = field(default_factory=list)  # filled by dry runs
-
-    def merge(self, other: Stats) -> Stats:
-        self.counts.update(other.counts)
-        for k, v in other.timings.items():
-            self.timings[k] = self.timings.get(k, 0.0) + v
-        self.errors += other.errors
-        self.warnings += other.warnings
-        self.skipped += other.skipped
-        self.seen |= other.seen
-        self.plan += other.plan
-        return self
-
-    def fail(self, uri: str, stage: str, message: str) -> ErrorRecord:
-        """Count one failed file; the caller decides where the record is written."""
-        rec = ErrorRecord(uri, str(stage), message)
-        self.errors.append(rec)
-        self.counts["documents_failed"] += 1
-        return rec
-
-    def skip(self, uri: str, reason: str) -> None:
-        self.skipped.append((uri, reason))
-        self.counts["documents_skipped"] += 1
-
-    @contextmanager
-    def timed(self, stage: str) -> Iterator[None]:
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - t0
-
-    def to_json(self) -> dict:
-        return {
-            "counts": dict(self.counts),
-            "timings": {k: round(v, 4) for k, v in self.timings.items()},
-            "errors": [list(e) for e in self.errors],
-            "warnings": [list(w) for w in self.warnings],
-            "skipped": [list(s) for s in self.skipped],
-            "seen": sorted(self.seen),
-            "plan": self.plan,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict) -> Stats:
-        return cls(
-            counts=Counter(d.get("counts", {})),
-            timings=dict(d.get("timings", {})),
-            errors=[ErrorRecord(*e) for e in d.get("errors", [])],
-            warnings=[tuple(w) for w in d.get("warnings", [])],
-            skipped=[tuple(s) for s in d.get("skipped", [])],
-            seen=set(d.get("seen", [])),
-            plan=list(d.get("plan", [])),
-        )
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """Everything a batch needs, as plain values (no connections, no models): it travels to any worker."""
-
-    url: str
-    run_id: int | None  # None: a dry run, nothing is written
-    collection_id: int | None  # None: the collection does not exist yet (dry run)
-    collection: str
-    profile: dict
-    model: str
-    dry_run: bool = False
-    device: str | None = None
-    embed_batch_size: int = 64
-    model_limit: int | None = None  # eval only: chunks may exceed the model's input (it truncates)
-
-    def router(self) -> Router:
-        return Router(Profile.model_validate(self.profile), model=self.model, model_limit=self.model_limit)
-
 
 # ------------------------------------------------------------------------------------- one batch
 
@@ -198,13 +90,18 @@ class Embedded:
     fresh: list[str]  # hashes embedded now (the rest came from the cache)
 
 
+def router_for(ctx: RunContext) -> Router:
+    """The run's chunkers, built from the profile it carries as JSON."""
+    return Router(Profile.model_validate(ctx.profile), model=ctx.model, model_limit=ctx.model_limit)
+
+
 def ingest_batch(ctx: RunContext, paths: Sequence[str], progress: Progress | None = None) -> Stats:
     """Ingest one batch of files: a bad file is recorded and the batch goes on with the rest."""
     stats = Stats()
     if not paths:
         return stats
     with db.connection(ctx.url) as conn:
-        b = Batch(conn, ctx, ctx.router(), stats, progress or NoProgress())
+        b = Batch(conn, ctx, router_for(ctx), stats, progress or NoProgress())
         files = as_sources(b, paths)
         work = diff(b, parse(b, load(b, files)))
         work = chunk(b, work)
@@ -401,7 +298,7 @@ def index_prepared(ctx: RunContext, work: Sequence[Work], progress: Progress | N
     """Embed and store documents whose chunks were made elsewhere (a peer library in a benchmark)."""
     stats = Stats()
     with db.connection(ctx.url) as conn:
-        b = Batch(conn, ctx, ctx.router(), stats, progress or NoProgress())
+        b = Batch(conn, ctx, router_for(ctx), stats, progress or NoProgress())
         store_documents(b, work, embed(b, work))
     return stats
 

@@ -518,7 +518,7 @@ def test_hierarchical_children_are_small_and_inside_their_parent_sections(tmp_pa
 def test_hierarchical_search_returns_the_parent(tmp_path, settings, conn):
     from pipeline import store
     from pipeline.embed import get_embedder
-    from pipeline.run import run_ingest
+    from pipeline.ingest import run_ingest
 
     (tmp_path / "guide.md").write_bytes((FIXTURES / "guide.md").read_bytes())
     profile = Profile(markdown=HierarchicalConfig(size=48, parent_size=512))

@@ -6,7 +6,7 @@ import numpy as np
 
 from pipeline import store
 from pipeline.embed import get_embedder
-from pipeline.run import run_ingest
+from pipeline.ingest import run_ingest
 
 
 def _counts(conn) -> dict[str, int]:

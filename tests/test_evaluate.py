@@ -276,7 +276,7 @@ def test_spans_indexer_scores_chunks_made_elsewhere(settings):
 def test_hybrid_search_matches_any_word_of_a_question(settings, conn):
     """A question never has all its words in one chunk: full text must match any of them (not all)."""
     from pipeline.embed import get_embedder
-    from pipeline.run import run_ingest
+    from pipeline.ingest import run_ingest
 
     run_ingest([FIXTURE / "corpora"], settings=settings, profile=ev.parse_config("recursive:size=48").profile)
     question = "What does a track circuit detect, and how?"

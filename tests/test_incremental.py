@@ -11,7 +11,7 @@ from psycopg import sql
 
 from pipeline import store
 from pipeline.config import Profile, RecursiveConfig, Settings
-from pipeline.run import run_ingest
+from pipeline.ingest import run_ingest
 
 SECTIONS = {
     "A": "Alpacas graze on the high plains and hum when they are content.",

@@ -9,8 +9,9 @@ import pytest
 
 from pipeline import stages, store
 from pipeline.config import Profile
+from pipeline.ingest import run_ingest
 from pipeline.model import RunKind, RunStatus
-from pipeline.run import Run, reporting, run_ingest
+from pipeline.run import Run, reporting
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 

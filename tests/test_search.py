@@ -13,7 +13,7 @@ from pipeline import db, store
 from pipeline.cli import app
 from pipeline.embed import get_embedder
 from pipeline.errors import ConfigError
-from pipeline.run import run_ingest
+from pipeline.ingest import run_ingest
 
 DOCS = {
     "keys.txt": "Rotating the API keys every quarter keeps the service safe.",

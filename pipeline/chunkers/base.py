@@ -13,9 +13,9 @@ from itertools import accumulate
 from typing import Any, ClassVar, TypedDict, TypeVar, Unpack
 
 from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, Measure, clip_context
-from pipeline.chunkers.spans import Fits, recursive_spans, strip_span
+from pipeline.chunkers.spans import Fits, recursive_spans
 from pipeline.config import DEFAULT_MODEL, DEFAULT_SEPARATORS
-from pipeline.model import Chunk, Document, Section, Span
+from pipeline.model import Chunk, Document, Section, Span, strip_span
 from pipeline.tokens import Counter, ModelCounter, counter, model_counter, model_max_tokens
 
 #: kind -> class: every strategy, registered by `@register` where it is defined.

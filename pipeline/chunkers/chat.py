@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.chunkers.base import Chunker, register
-from pipeline.chunkers.spans import Span, strip_span
-from pipeline.model import Document, Section
+from pipeline.chunkers.spans import Span
+from pipeline.model import Document, Section, strip_span
 from pipeline.parse.chat import TURN as _TURN
 from pipeline.parse.chat import chat_turns
 

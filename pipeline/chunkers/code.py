@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 
 from pipeline.chunkers.base import Chunker, register
 from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, clip_context
-from pipeline.chunkers.spans import Fits, Span, recursive_spans, strip_span
-from pipeline.model import Document, Section
+from pipeline.chunkers.spans import Fits, Span, recursive_spans
+from pipeline.model import Document, Section, strip_span
 from pipeline.parse.code import CODE_DEFS, parse_tree
 
 #: Separators for a leaf node (or a non-code document) that is still over budget: lines first.

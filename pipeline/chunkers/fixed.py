@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from pipeline.chunkers.base import Chunker, register
-from pipeline.chunkers.spans import Fits, strip_span
-from pipeline.model import Document, Section, Span
+from pipeline.chunkers.spans import Fits
+from pipeline.model import Document, Section, Span, strip_span
 
 
 @register

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 from pipeline.chunkers.base import Chunker, register
 from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, clip_context
-from pipeline.chunkers.spans import Fits, strip_span
-from pipeline.model import Document, Section, Span
+from pipeline.chunkers.spans import Fits
+from pipeline.model import Document, Section, Span, strip_span
 
 Block = tuple[int, int, str]  # start, end, kind
 

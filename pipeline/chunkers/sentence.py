@@ -13,8 +13,8 @@ from __future__ import annotations
 import pysbd
 
 from pipeline.chunkers.base import Chunker, register
-from pipeline.chunkers.spans import Fits, strip_span
-from pipeline.model import Document, Section, Span
+from pipeline.chunkers.spans import Fits
+from pipeline.model import Document, Section, Span, strip_span
 
 #: pysbd's languages; anything else falls back to English rules (which also cut at 。！？).
 PYSBD_LANGUAGES = frozenset(pysbd.languages.LANGUAGE_CODES)

@@ -10,19 +10,10 @@ from collections.abc import Callable, Sequence
 
 from pipeline.model import Span
 
-__all__ = ["Fits", "Span", "recursive_spans", "split_points", "strip_span"]
+__all__ = ["Fits", "Span", "recursive_spans", "split_points"]
 
 #: Does text[a:b] fit? Unit budget and model limit, as the chunker judges it.
 Fits = Callable[[int, int], bool]
-
-
-def strip_span(text: str, a: int, b: int) -> Span:
-    """Shrink a span to exclude leading and trailing whitespace."""
-    while a < b and text[a].isspace():
-        a += 1
-    while b > a and text[b - 1].isspace():
-        b -= 1
-    return a, b
 
 
 def _inside(pos: int, atomic: Sequence[Span]) -> bool:

@@ -20,7 +20,8 @@ from pipeline.evaluate.data import Corpus, EvalError
 from pipeline.model import Chunk, Document, RunKind, Section, SectionPlan, Span, sha256
 
 if TYPE_CHECKING:
-    from pipeline.stages import Stats, Work
+    from pipeline.model import Stats
+    from pipeline.stages import Work
 
 _SUFFIX = {"text": ".txt", "markdown": ".md"}
 
@@ -63,7 +64,7 @@ def pipeline_indexer(
     cfg: EvalConfig, corpora: dict[str, Corpus], settings: Settings
 ) -> Callable[[str], Indexed]:
     """Index through `run_ingest`, exactly as `chunkyard ingest` would (without Prefect)."""
-    from pipeline.run import run_ingest
+    from pipeline.ingest import run_ingest
 
     def index(collection: str) -> Indexed:
         with tempfile.TemporaryDirectory(prefix="chunkyard-eval-") as tmp:

@@ -25,15 +25,6 @@ class Lines:
         return self.starts[line] if line < len(self.starts) else self.n
 
 
-def strip_span(text: str, a: int, b: int) -> Span:
-    """Shrink a span to exclude leading and trailing whitespace."""
-    while a < b and text[a].isspace():
-        a += 1
-    while b > a and text[b - 1].isspace():
-        b -= 1
-    return a, b
-
-
 def heading_sections(text: str, heads: Sequence[Head], atomic: Sequence[Span]) -> list[Section]:
     """A preamble before the first heading, then one section per heading up to the next, with its path."""
     sections: list[Section] = []

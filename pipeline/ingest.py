@@ -1,0 +1,208 @@
+"""The kinds of run: ingest, backfill, reindex and prune, each a `Run` over the files it selects.
+
+The CLI (`--no-prefect`), the flows (with the Prefect executor), evaluation and benchmarks call these;
+the life cycle they share is `pipeline.run.Run`, the batch work `pipeline.stages.ingest_batch`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import NamedTuple
+
+from pipeline import db, store
+from pipeline.config import Profile, Settings, profile_from_dict
+from pipeline.errors import ConfigError
+from pipeline.model import Progress, RunKind, Stage, Stats
+from pipeline.run import BATCH_BYTES, Executor, Run, RunResult
+from pipeline.sources import discover, expand_sources, filter_modified, source_uri, uri_path
+
+
+def run_ingest(
+    paths: Sequence[str | Path],
+    *,
+    settings: Settings | None = None,
+    collection: str | None = None,
+    profile: Profile | None = None,
+    dry_run: bool = False,
+    prune: bool = True,
+    soft_delete: bool = False,
+    files_per_batch: int | None = None,
+    batch_bytes: int | None = BATCH_BYTES,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+    model_limit: int | None = None,
+    kind: RunKind = RunKind.INGEST,
+    flow: str | None = None,
+) -> RunResult:
+    """Ingest files and folders into one collection; files gone from the folders are pruned."""
+    settings = settings or Settings()
+    files, found, roots = discover_files(paths)
+    params = {"paths": [str(p) for p in paths], "dry_run": dry_run} | ({"flow": flow} if flow else {})
+    opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress)
+    begin = dict(dry_run=dry_run, model_limit=model_limit)
+    return _ingest(settings, collection or settings.collection, profile or Profile(), kind, params, found, files,
+                   roots if prune else None, soft_delete, opts, begin)  # fmt: skip
+
+
+def run_backfill(
+    sources: Sequence[str],
+    *,
+    settings: Settings | None = None,
+    collection: str = "default",
+    profile: Profile | None = None,
+    modified_since: datetime | None = None,
+    modified_until: datetime | None = None,
+    prune: bool = False,
+    soft_delete: bool = False,
+    files_per_batch: int | None = None,
+    batch_bytes: int | None = BATCH_BYTES,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Ingest many sources (globs, a modification-date range); rerun after an interruption to finish."""
+    settings = settings or Settings()
+    has_glob = any(c in s for s in sources for c in "*?[")
+    if prune and (has_glob or modified_since or modified_until):
+        raise ConfigError("prune needs plain folders: with a glob or a date range, unseen files are not gone")
+    if modified_since and modified_until and modified_since >= modified_until:
+        raise ConfigError("modified_since must be before modified_until")
+    paths, missing = expand_sources(sources)
+    files, pre, roots = discover_files(paths)
+    for e in missing:
+        pre.fail(e.source, Stage.DISCOVER, e.reason)
+    files = filter_modified(files, since=modified_since, until=modified_until)
+    params = {"sources": list(sources), "modified_since": modified_since, "modified_until": modified_until}
+    opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress)
+    return _ingest(settings, collection, profile or Profile(), RunKind.BACKFILL, params | {"flow": "backfill"},
+                   pre, files, roots if prune else None, soft_delete, opts)  # fmt: skip
+
+
+def run_reindex(
+    collection: str,
+    *,
+    settings: Settings | None = None,
+    profile: Profile | None = None,
+    files_per_batch: int | None = None,
+    batch_bytes: int | None = BATCH_BYTES,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Re-read a collection's source files and redo what a new profile or model changes.
+
+    Only sections whose fingerprint (content + chunker settings + model) changed are re-chunked, and a
+    chunk whose text is unchanged takes its embedding from the cache. Without a profile, the stored one.
+    """
+    settings = settings or Settings()
+    stored, uris = collection_sources(settings, collection)
+    files, pre = [], Stats()
+    for uri in uris:
+        path = uri_path(uri)
+        if path is None:
+            why = "not a file URI: reindex can only re-read local files"
+        elif not os.path.lexists(path):
+            why = f"source file is gone (`chunkyard prune -c {collection}` removes its rows)"
+        else:
+            files.append(str(path))
+            continue
+        pre.seen.add(uri)
+        pre.counts["documents_seen"] += 1
+        pre.fail(uri, Stage.LOAD, why)
+    params = {"collection": collection, "profile_given": profile is not None, "flow": "reindex"}
+    opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress)
+    return _ingest(
+        settings, collection, profile or stored, RunKind.REINDEX, params, pre, files, None, False, opts
+    )
+
+
+class Options(NamedTuple):
+    """How a run's files are batched and run, and where its progress goes."""
+
+    files_per_batch: int
+    batch_bytes: int | None
+    executor: Executor | None
+    progress: Progress | None
+
+
+def _ingest(
+    settings: Settings,
+    collection: str,
+    profile: Profile,
+    kind: RunKind,
+    params: dict,
+    pre: Stats,
+    files: list[str],
+    prune_roots: list[str] | None,
+    soft_delete: bool,
+    opts: Options,
+    begin: dict | None = None,
+) -> RunResult:
+    """The body every ingesting run shares: begin, record discovery, batches, prune, finish."""
+    with Run.begin(
+        settings=settings,
+        collection=collection,
+        profile=profile,
+        kind=kind,
+        params=params,
+        executor=opts.executor,
+        progress=opts.progress,
+        **(begin or {}),
+    ) as run:
+        run.add(pre, recorded=False)
+        run.ingest(files, files_per_batch=opts.files_per_batch, batch_bytes=opts.batch_bytes)
+        if prune_roots is not None:
+            run.prune_missing(prune_roots, soft=soft_delete)
+        return run.finish()
+
+
+def run_prune(
+    collection: str,
+    *,
+    settings: Settings | None = None,
+    paths: Sequence[str] = (),
+    soft: bool = False,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Check every live document's source file (only under `paths` when given); drop the vanished ones."""
+    settings = settings or Settings()
+    profile, _ = collection_sources(settings, collection)
+    roots = [source_uri(Path(p).expanduser()) for p in paths]
+    with Run.begin(
+        settings=settings,
+        collection=collection,
+        profile=profile,
+        kind=RunKind.PRUNE,
+        params={"paths": list(paths), "soft": soft, "flow": "prune"},
+        executor=executor,
+        progress=progress,
+    ) as run:
+        run.prune_vanished(roots, soft=soft)
+        return run.finish()
+
+
+def discover_files(paths: Sequence[str | Path]) -> tuple[list[str], Stats, list[str]]:
+    """Supported files under the paths, the discovery tally (skipped, missing) and the prune roots."""
+    stats = Stats()
+    files, skipped, errors = discover(paths)
+    for e in errors:
+        stats.fail(e.source, e.stage, e.reason)
+    for s in skipped:
+        stats.skip(s.uri, s.reason)
+        stats.seen.add(s.uri)
+    roots = [source_uri(Path(p).expanduser()) for p in paths if Path(p).expanduser().exists()]
+    return [str(f.path) for f in files], stats, roots
+
+
+def collection_sources(settings: Settings, collection: str) -> tuple[Profile, list[str]]:
+    """A collection's stored profile and its live documents' source URIs (what a reindex re-reads)."""
+    with db.connection(db.database_url(settings)) as conn:
+        coll = store.get_collection(conn, collection)
+        if coll is None:
+            raise ConfigError(
+                f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first"
+            )
+        uris = store.source_uris(conn, coll.id)
+    return profile_from_dict(coll.profile, origin=f"collection {collection} profile"), uris

@@ -1,0 +1,40 @@
+"""All SQL access, and nothing but the data model: it imports `pipeline.model`, never a parser or chunker.
+
+`ledger` holds collections, locks, runs and errors; `documents` the per-document swap, COPY, the embedding
+cache and prune; `reads` search and the chunks of a collection. Callers use `store.<function>`.
+"""
+
+from pipeline.store.documents import (
+    SCHEMA_DIM,
+    as_array,
+    cache_lookup,
+    cache_store,
+    prune,
+    source_uris,
+    stored_documents,
+    stored_sections,
+    write_document,
+)
+from pipeline.store.ledger import (
+    check_schema,
+    drop_collection,
+    ensure_collection,
+    finish_run,
+    get_collection,
+    lock_collection,
+    record_error,
+    refresh_fts_stats,
+    run_errors,
+    start_run,
+    status,
+    unlock_collection,
+)
+from pipeline.store.reads import SEARCH_MODES, Hit, SearchMode, collection_chunks, collection_texts, search
+
+__all__ = [
+    "SCHEMA_DIM", "SEARCH_MODES", "Hit", "SearchMode", "as_array", "cache_lookup", "cache_store", "check_schema",
+    "collection_chunks", "collection_texts", "drop_collection", "ensure_collection", "finish_run",
+    "get_collection", "lock_collection", "prune", "record_error", "refresh_fts_stats", "run_errors", "search",
+    "source_uris", "start_run", "status", "stored_documents", "stored_sections", "unlock_collection",
+    "write_document",
+]  # fmt: skip

@@ -1,0 +1,172 @@
+"""Collections, their locks, and the run ledger (runs, ingest_errors): what happened, when, with what."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+from psycopg import sql
+
+from pipeline.errors import ConfigError, DatabaseError
+from pipeline.model import (
+    Collection,
+    RunKind,
+    RunStatus,
+)
+from pipeline.store.documents import SCHEMA_DIM
+
+# ------------------------------------------------------------------------------------- collections
+
+
+def ensure_collection(
+    conn: psycopg.Connection, name: str, *, profile: dict, model: str, dim: int
+) -> Collection:
+    """Create the collection, or record the profile and model it is now ingested with."""
+    if dim != SCHEMA_DIM:
+        raise ConfigError(
+            f"model {model} makes {dim}-dimensional embeddings but the schema stores vector({SCHEMA_DIM}); "
+            f"use a {SCHEMA_DIM}-dimensional model"
+        )
+    with conn.transaction():
+        row = conn.execute(
+            """INSERT INTO collections (name, profile, model, dim) VALUES (%s, %s, %s, %s)
+               ON CONFLICT (name) DO UPDATE
+                 SET profile = EXCLUDED.profile, model = EXCLUDED.model, dim = EXCLUDED.dim,
+                     updated_at = CASE WHEN collections.profile IS DISTINCT FROM EXCLUDED.profile
+                                         OR collections.model <> EXCLUDED.model
+                                       THEN now() ELSE collections.updated_at END
+               RETURNING id, name, profile, model""",
+            (name, json.dumps(profile), model, dim),
+        ).fetchone()
+    return Collection(*row)
+
+
+def get_collection(conn: psycopg.Connection, name: str) -> Collection | None:
+    row = conn.execute("SELECT id, name, profile, model FROM collections WHERE name = %s", (name,)).fetchone()
+    conn.commit()
+    return Collection(*row) if row else None
+
+
+def drop_collection(conn: psycopg.Connection, name: str) -> bool:
+    """Delete a collection and everything in it (cascades); evaluation throws its collections away."""
+    with conn.transaction():
+        row = conn.execute("DELETE FROM collections WHERE name = %s RETURNING id", (name,)).fetchone()
+    return row is not None
+
+
+def lock_collection(conn: psycopg.Connection, collection_id: int, *, wait: bool = True) -> bool:
+    """Session-level advisory lock: one writing run per collection at a time."""
+    fn = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
+    row = conn.execute(
+        sql.SQL("SELECT {}(hashtext('chunkyard:collection'), %s::int)").format(sql.Identifier(fn)),
+        (collection_id,),
+    ).fetchone()
+    conn.commit()
+    return True if wait else bool(row[0])
+
+
+def unlock_collection(conn: psycopg.Connection, collection_id: int) -> None:
+    conn.execute("SELECT pg_advisory_unlock(hashtext('chunkyard:collection'), %s::int)", (collection_id,))
+    conn.commit()
+
+
+# ------------------------------------------------------------------------------------------ ledger
+
+
+def start_run(conn: psycopg.Connection, collection_id: int | None, *, kind: RunKind, params: dict) -> int:
+    """A ledger row; runs left 'running' by a dead process are marked 'crashed' first."""
+    with conn.transaction():
+        if collection_id is not None:
+            conn.execute(
+                "UPDATE runs SET status = %s, finished_at = now() WHERE collection_id = %s AND status = %s",
+                (RunStatus.CRASHED, collection_id, RunStatus.RUNNING),
+            )
+        row = conn.execute(
+            "INSERT INTO runs (collection_id, kind, params) VALUES (%s, %s, %s) RETURNING id",
+            (collection_id, kind, json.dumps(params, default=str)),
+        ).fetchone()
+    return row[0]
+
+
+def finish_run(
+    conn: psycopg.Connection, run_id: int, *, status: RunStatus, counts: dict, timings: dict
+) -> None:
+    with conn.transaction():
+        conn.execute(
+            "UPDATE runs SET status = %s, finished_at = now(), counts = %s, timings = %s WHERE id = %s",
+            (status, json.dumps(counts), json.dumps(timings), run_id),
+        )
+
+
+def refresh_fts_stats(conn: psycopg.Connection, collection_id: int) -> None:
+    """Store the collection's BM25 statistics (chunk count, mean length), so searches need not scan it."""
+    conn.execute("SELECT chunkyard_refresh_fts_stats(%s)", (collection_id,))
+
+
+def record_error(conn: psycopg.Connection, run_id: int, source_uri: str, stage: str, error: str) -> None:
+    """Write one failed file now; a retried batch that fails the same way adds no second row."""
+    with conn.transaction():
+        conn.execute(
+            """INSERT INTO ingest_errors (run_id, source_uri, stage, error)
+               SELECT %(run)s, %(uri)s, %(stage)s, %(error)s
+               WHERE NOT EXISTS (SELECT 1 FROM ingest_errors
+                                 WHERE run_id = %(run)s AND source_uri = %(uri)s AND stage = %(stage)s
+                                   AND error = %(error)s)""",
+            {"run": run_id, "uri": source_uri, "stage": stage, "error": error},
+        )
+
+
+def status(conn: psycopg.Connection, *, runs: int = 5) -> dict:
+    """Collections with their counts and profiles, and the last runs."""
+    cols = conn.execute(
+        """SELECT c.name, c.model, c.profile, c.updated_at,
+                  (SELECT count(*) FROM documents d WHERE d.collection_id = c.id AND d.deleted_at IS NULL),
+                  (SELECT count(*) FROM sections s JOIN documents d ON d.id = s.document_id
+                    WHERE d.collection_id = c.id AND d.deleted_at IS NULL),
+                  (SELECT count(*) FROM chunks k WHERE k.collection_id = c.id)
+           FROM collections c ORDER BY c.name"""
+    ).fetchall()
+    last = conn.execute(
+        """SELECT r.id, c.name, r.kind, r.status, r.started_at, r.finished_at, r.counts, r.timings
+           FROM runs r LEFT JOIN collections c ON c.id = r.collection_id ORDER BY r.id DESC LIMIT %s""",
+        (runs,),
+    ).fetchall()
+    conn.commit()
+    return {
+        "collections": [
+            dict(
+                zip(
+                    ("name", "model", "profile", "updated_at", "documents", "sections", "chunks"),
+                    r,
+                    strict=True,
+                )
+            )
+            for r in cols
+        ],
+        "runs": [
+            dict(
+                zip(
+                    ("id", "collection", "kind", "status", "started_at", "finished_at", "counts", "timings"),
+                    r,
+                    strict=True,
+                )
+            )
+            for r in last
+        ],
+    }
+
+
+def run_errors(conn: psycopg.Connection, run_id: int) -> list[tuple[str, str, str]]:
+    rows = conn.execute(
+        "SELECT source_uri, stage, error FROM ingest_errors WHERE run_id = %s ORDER BY id", (run_id,)
+    ).fetchall()
+    conn.commit()
+    return rows
+
+
+def check_schema(conn: psycopg.Connection) -> None:
+    """A clear error when the tables are missing (a database nobody migrated)."""
+    row = conn.execute("SELECT to_regclass('chunks')").fetchone()
+    conn.commit()
+    if row[0] is None:
+        raise DatabaseError("the chunkyard tables are missing: run `chunkyard db migrate`")

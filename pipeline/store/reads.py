@@ -1,0 +1,97 @@
+"""Reading chunks back: search through the SQL functions users call, and a collection's chunks and texts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from pipeline.store.documents import as_array
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk_id: int
+    score: float
+    text: str
+    source_uri: str
+    heading_path: list[str]
+    char_start: int
+    char_end: int
+    section_id: int
+    parent_text: str | None
+
+
+#: How `search` ranks: cosine similarity, BM25 full text, or both fused (convex mix, or reciprocal rank fusion).
+SearchMode = Literal["vector", "fulltext", "hybrid", "rrf"]
+SEARCH_MODES: tuple[str, ...] = ("vector", "fulltext", "hybrid", "rrf")
+
+
+def search(
+    conn: psycopg.Connection,
+    collection: str,
+    query_vec: np.ndarray | None,
+    *,
+    k: int = 5,
+    query_text: str | None = None,
+    mode: SearchMode = "vector",
+    with_parent: bool = False,
+) -> list[Hit]:
+    """Top-k chunks through the SQL functions users call themselves."""
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"search mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
+    if mode in ("hybrid", "rrf"):
+        rows = conn.execute(
+            "SELECT * FROM chunkyard_hybrid_search(%s, %s, %s, %s, %s, p_fusion => %s)",
+            (collection, query_vec, query_text or "", k, with_parent, "rrf" if mode == "rrf" else "convex"),
+        ).fetchall()
+    elif mode == "fulltext":
+        rows = conn.execute(
+            """SELECT c.id, f.score, c.text, d.source_uri, s.heading_path, c.char_start, c.char_end, c.section_id,
+                      CASE WHEN %s THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END
+               FROM chunkyard_fulltext_search(%s, %s, %s) f
+               JOIN chunks c ON c.id = f.chunk_id JOIN documents d ON d.id = c.document_id
+               JOIN sections s ON s.id = c.section_id
+               ORDER BY f.score DESC, c.id""",
+            (with_parent, collection, query_text or "", k),
+        ).fetchall()
+    else:
+        rows = conn.execute(
+            "SELECT * FROM chunkyard_search(%s, %s, %s, %s)", (collection, query_vec, k, with_parent)
+        ).fetchall()
+    conn.commit()
+    return [Hit(*r) for r in rows]
+
+
+def collection_chunks(
+    conn: psycopg.Connection, name: str, *, embeddings: bool = False
+) -> list[tuple[int, str, int, int, str, str, np.ndarray | None]]:
+    """Every live chunk of a collection as (id, source uri, start, end, text, context, embedding or None)."""
+    rows = conn.execute(
+        sql.SQL(
+            """SELECT c.id, d.source_uri, c.char_start, c.char_end, c.text, c.context, {}
+               FROM chunks c JOIN documents d ON d.id = c.document_id AND d.deleted_at IS NULL
+               JOIN collections col ON col.id = c.collection_id AND col.name = %s
+               ORDER BY d.source_uri, c.char_start, c.id"""
+        ).format(sql.SQL("c.embedding") if embeddings else sql.SQL("NULL")),
+        (name,),
+    ).fetchall()
+    conn.commit()
+    return [(i, u, s, e, t, c, as_array(v) if v is not None else None) for i, u, s, e, t, c, v in rows]
+
+
+def collection_texts(conn: psycopg.Connection, name: str) -> dict[str, str]:
+    """source uri -> normalized text of every live document of a collection (what offsets point into)."""
+    rows = conn.execute(
+        """SELECT d.source_uri, d.normalized_text FROM documents d
+           JOIN collections col ON col.id = d.collection_id AND col.name = %s
+           WHERE d.deleted_at IS NULL""",
+        (name,),
+    ).fetchall()
+    conn.commit()
+    return dict(rows)
