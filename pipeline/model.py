@@ -135,10 +135,6 @@ class SectionPlan:
     delete: list[int] = field(default_factory=list)  # stored section ids
     deleted_chunks: int = 0
 
-    @property
-    def changed(self) -> bool:
-        return bool(self.new or self.delete)
-
 
 @dataclass(frozen=True)
 class Collection:
@@ -193,9 +189,6 @@ class ErrorRecord(NamedTuple):
 
 
 # ------------------------------------------------------------------------------ a run's tally
-
-#: The stages a progress reporter hears about, in order ("files" counts whole files of a run).
-STAGES = ("load", "normalize", "diff", "chunk", "embed", "store", "prune")
 
 
 class Progress(Protocol):

@@ -16,7 +16,6 @@ from pipeline.store.documents import (
     write_document,
 )
 from pipeline.store.ledger import (
-    check_schema,
     drop_collection,
     ensure_collection,
     finish_run,
@@ -32,7 +31,7 @@ from pipeline.store.ledger import (
 from pipeline.store.reads import SEARCH_MODES, Hit, SearchMode, collection_chunks, collection_texts, search
 
 __all__ = [
-    "SCHEMA_DIM", "SEARCH_MODES", "Hit", "SearchMode", "as_array", "cache_lookup", "cache_store", "check_schema",
+    "SCHEMA_DIM", "SEARCH_MODES", "Hit", "SearchMode", "as_array", "cache_lookup", "cache_store",
     "collection_chunks", "collection_texts", "drop_collection", "ensure_collection", "finish_run",
     "get_collection", "lock_collection", "prune", "record_error", "refresh_fts_stats", "run_errors", "search",
     "source_uris", "start_run", "status", "stored_documents", "stored_sections", "unlock_collection",

@@ -7,7 +7,7 @@ import json
 import psycopg
 from psycopg import sql
 
-from pipeline.errors import ConfigError, DatabaseError
+from pipeline.errors import ConfigError
 from pipeline.model import (
     Collection,
     RunKind,
@@ -162,11 +162,3 @@ def run_errors(conn: psycopg.Connection, run_id: int) -> list[tuple[str, str, st
     ).fetchall()
     conn.commit()
     return rows
-
-
-def check_schema(conn: psycopg.Connection) -> None:
-    """A clear error when the tables are missing (a database nobody migrated)."""
-    row = conn.execute("SELECT to_regclass('chunks')").fetchone()
-    conn.commit()
-    if row[0] is None:
-        raise DatabaseError("the chunkyard tables are missing: run `chunkyard db migrate`")
