@@ -105,6 +105,9 @@ def test_hybrid_fusions(small, settings, conn):
         uris = [h.source_uri.rsplit("/", 1)[-1] for h in hits]
         assert "keys.txt" in uris[:2], (mode, uris)  # lifted by its words, though far in vector space
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        assert all(isinstance(h.metadata, dict) for h in hits), hits  # the chunk's metadata, last column
+    kinds = conn.execute("SELECT DISTINCT jsonb_typeof(metadata) FROM chunks").fetchall()
+    assert kinds == [("object",)]  # stored as a JSON object, not a JSON string holding one
     # full-text matches nothing: hybrid is the vector ranking
     hits = store.search(conn, "default", off_topic, k=3, query_text="zzzz", mode="hybrid")
     assert [h.chunk_id for h in hits] == [h.chunk_id for h in store.search(conn, "default", off_topic, k=3)]

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import psycopg
+from psycopg.types.json import Jsonb
 
 from pipeline.errors import ConcurrentUpdate
 from pipeline.model import (
@@ -217,7 +218,7 @@ def write_document(
                         h = embed_hash(ch.embed_text)
                         cp.write_row([
                             ids[i], doc_id, collection_id, k, ch.text, ch.context, sha256(ch.text), h,
-                            ch.start, ch.end, ch.token_count, json.dumps(ch.metadata), model, vectors[h],
+                            ch.start, ch.end, ch.token_count, Jsonb(ch.metadata), model, vectors[h],
                         ])  # fmt: skip
     return doc_id
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -25,6 +26,7 @@ class Hit:
     char_end: int
     section_id: int
     parent_text: str | None
+    metadata: dict = field(default_factory=dict)
 
 
 #: How `search` ranks: cosine similarity, BM25 full text, or both fused (convex mix, or reciprocal rank fusion).
@@ -53,7 +55,8 @@ def search(
     elif mode == "fulltext":
         rows = conn.execute(
             """SELECT c.id, f.score, c.text, d.source_uri, s.heading_path, c.char_start, c.char_end, c.section_id,
-                      CASE WHEN %s THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END
+                      CASE WHEN %s THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
+                      c.metadata
                FROM chunkyard_fulltext_search(%s, %s, %s) f
                JOIN chunks c ON c.id = f.chunk_id JOIN documents d ON d.id = c.document_id
                JOIN sections s ON s.id = c.section_id
@@ -65,7 +68,14 @@ def search(
             "SELECT * FROM chunkyard_search(%s, %s, %s, %s)", (collection, query_vec, k, with_parent)
         ).fetchall()
     conn.commit()
-    return [Hit(*r) for r in rows]
+    return [Hit(*r[:-1], _as_dict(r[-1])) for r in rows]
+
+
+def _as_dict(metadata: object) -> dict:
+    """Chunk metadata as a dict; rows written before schema version 4 hold it as a JSON string."""
+    if isinstance(metadata, str):
+        metadata = json.loads(metadata)
+    return metadata if isinstance(metadata, dict) else {}
 
 
 def collection_chunks(

@@ -1,5 +1,20 @@
 -- Search functions users call directly. Re-applied on every migrate (CREATE OR REPLACE).
 
+-- A changed result type cannot be replaced in place: drop the versions whose result lacks the chunk's
+-- metadata (the last column since schema version 4) before creating them again.
+DO $$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+             WHERE p.proname IN ('chunkyard_search', 'chunkyard_hybrid_search')
+               AND p.pronamespace = current_schema()::regnamespace
+               AND pg_get_function_result(p.oid) NOT LIKE '%metadata jsonb)'
+    LOOP
+        EXECUTE format('DROP FUNCTION %s', f);
+    END LOOP;
+END
+$$;
+
 -- Top-k chunks of one collection by cosine similarity, with the parent section's text on request.
 CREATE OR REPLACE FUNCTION chunkyard_search(
     p_collection      text,
@@ -16,7 +31,8 @@ RETURNS TABLE (
     char_start    integer,
     char_end      integer,
     section_id    bigint,
-    parent_text   text
+    parent_text   text,
+    metadata      jsonb
 )
 LANGUAGE sql STABLE
 SET hnsw.iterative_scan = 'relaxed_order'
@@ -24,7 +40,7 @@ SET hnsw.ef_search = 100
 AS $$
     WITH top AS (
         SELECT c.id, c.embedding <=> p_query AS dist, c.text, c.document_id, c.section_id,
-               c.char_start, c.char_end
+               c.char_start, c.char_end, c.metadata
         FROM chunks c
         JOIN collections col ON col.id = c.collection_id AND col.name = p_collection
         JOIN documents dd ON dd.id = c.document_id AND dd.deleted_at IS NULL
@@ -33,7 +49,8 @@ AS $$
     )
     SELECT t.id, 1 - t.dist, t.text, d.source_uri, s.heading_path, t.char_start, t.char_end, t.section_id,
            CASE WHEN p_with_parent
-                THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END
+                THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
+           t.metadata
     FROM top t
     JOIN documents d ON d.id = t.document_id
     JOIN sections s ON s.id = t.section_id
@@ -146,7 +163,8 @@ RETURNS TABLE (
     char_start    integer,
     char_end      integer,
     section_id    bigint,
-    parent_text   text
+    parent_text   text,
+    metadata      jsonb
 )
 LANGUAGE plpgsql STABLE
 SET hnsw.iterative_scan = 'relaxed_order'
@@ -205,7 +223,8 @@ BEGIN
     )
     SELECT c.id, f.score, c.text, d.source_uri, s.heading_path, c.char_start, c.char_end, c.section_id,
            CASE WHEN p_with_parent
-                THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END
+                THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
+           c.metadata
     FROM fused f
     JOIN chunks c ON c.id = f.id
     JOIN documents d ON d.id = c.document_id
