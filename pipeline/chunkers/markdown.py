@@ -40,6 +40,17 @@ def line_spans(text: str, a: int, b: int) -> list[Span]:
     return out
 
 
+def first_lines(text: str, a: int, b: int, n: int = 2) -> list[Span]:
+    """The first `n` lines of [a, b): what a heading or table header test needs, without splitting it all."""
+    out, pos = [], a
+    while pos < b and len(out) < n:
+        nl = text.find("\n", pos, b)
+        end = b if nl < 0 else nl
+        out.append((pos, end))
+        pos = end + 1
+    return out
+
+
 def paragraphs(text: str, a: int, b: int) -> list[Span]:
     """Stripped non-empty runs of [a, b) between blank lines."""
     bounds = [a, *(m.end() for m in _BLANK.finditer(text, a, b)), b]
@@ -61,7 +72,7 @@ class MarkdownChunker(Chunker):
         """End of the heading line(s) a heading section starts with (ATX, or setext's two lines)."""
         if section.kind != "heading":
             return None
-        lines = line_spans(text, section.start, section.end)
+        lines = first_lines(text, section.start, section.end)
         if not lines:
             return None
         if _ATX.match(text, lines[0][0], lines[0][1]) is None and len(lines) > 1:
@@ -83,7 +94,7 @@ class MarkdownChunker(Chunker):
 
     def table_header_end(self, text: str, a: int, b: int) -> int | None:
         """End of a markdown table's header and delimiter rows, or None if [a, b) is no table."""
-        lines = line_spans(text, a, b)
+        lines = first_lines(text, a, b)
         if (
             len(lines) >= 2
             and "|" in text[lines[0][0] : lines[0][1]]
