@@ -16,6 +16,9 @@ def fingerprint(doc: Document, section: Section, chunk_key: str) -> str:
         section.kind,
         chunk_key,
     ]
+    pages = doc.page_key(section.start, section.end)  # a PDF's page numbers are chunk metadata
+    if pages:
+        parts.append(pages)
     return sha256("\x1e".join(parts))[:32]
 
 

@@ -6,6 +6,7 @@ chunker made them. Identity is content-derived everywhere: sha256 of normalized 
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import time
 from collections import Counter
@@ -74,10 +75,34 @@ class Document:
     warnings: list[str] = field(default_factory=list)
     raw_hash: str = ""
     mime: str = "text/plain"
+    pages: list[int] = field(default_factory=list)  # paged types (PDF): start offset of page i + 1
+    ocr_pages: dict[int, float] = field(default_factory=dict)  # page number -> OCR confidence (0-1)
+    metadata: dict[str, Any] = field(default_factory=dict)  # what the parser tells about the file
 
     @property
     def text_hash(self) -> str:
         return sha256(self.text)
+
+    def page_metadata(self, start: int, end: int) -> dict[str, Any]:
+        """Pages a span covers ({} for unpaged types), and the lowest OCR confidence among them."""
+        if not self.pages:
+            return {}
+        first = bisect.bisect_right(self.pages, start)
+        last = max(first, bisect.bisect_right(self.pages, max(start, end - 1)))
+        out: dict[str, Any] = {"page": first, "page_end": last}
+        conf = [self.ocr_pages[p] for p in range(first, last + 1) if p in self.ocr_pages]
+        if conf:
+            out |= {"ocr": True, "ocr_confidence": round(min(conf), 3)}
+        return out
+
+    def page_key(self, start: int, end: int) -> str:
+        """What of the pagination a span's chunk metadata depends on ("" for unpaged types)."""
+        if not self.pages:
+            return ""
+        first = bisect.bisect_right(self.pages, start)
+        inner = [p - start for p in self.pages[first:] if p < end]
+        conf = [f"{p}:{c:.3f}" for p, c in self.ocr_pages.items() if first <= p <= first + len(inner)]
+        return f"p{first}+{inner}" + (f" ocr {','.join(conf)}" if conf else "")
 
 
 def section_hash(doc: Document, section: Section) -> str:

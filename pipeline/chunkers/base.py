@@ -110,7 +110,7 @@ class Chunker(ABC):
                             text[s:e],
                             m.unit(s, e),
                             self.context(doc, section, (s, e)),
-                            self.metadata_for(doc, section, (s, e)),
+                            self.metadata_for(doc, section, (s, e)) | doc.page_metadata(s, e),
                         )
                     )
         finally:
