@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.errors import ConfigError
@@ -43,6 +43,14 @@ class Settings(BaseSettings):
         default=0, ge=0, description="Local Dask worker processes for flow tasks; 0 = threads, no Dask."
     )
     collection: str = "default"
+    pdf_passwords: SecretStr | None = Field(
+        default=None,
+        description="Passwords tried in turn on encrypted PDFs: comma-separated, or @FILE with one per line.",
+    )
+    pdf_max_pages: int = Field(default=5000, ge=1, description="A PDF with more pages is refused (a bomb).")
+    pdf_max_decompressed_mb: int = Field(
+        default=1024, ge=1, description="A PDF whose streams inflate to more than this is refused (a bomb)."
+    )
 
     @property
     def pgdata(self) -> Path:
@@ -155,7 +163,7 @@ ChunkerConfig = Annotated[
     Field(discriminator="kind"),
 ]
 
-DocType = Literal["markdown", "html", "text", "code", "chat"]
+DocType = Literal["markdown", "html", "text", "code", "chat", "pdf", "docx"]
 
 
 class Profile(BaseModel):
@@ -173,6 +181,10 @@ class Profile(BaseModel):
     text: ChunkerConfig = RecursiveConfig(size=144, overlap=0)
     code: ChunkerConfig = CodeConfig(size=256)
     chat: ChunkerConfig = ChatConfig(max_turns=4, size=256)
+    # PDF and Word text comes out as paragraphs, markdown tables and headings (parse/pdf.py, docx.py):
+    # the markdown chunker keeps tables whole where they fit, at the same size as markdown.
+    pdf: ChunkerConfig = MarkdownConfig(size=144, overlap=0)
+    docx: ChunkerConfig = MarkdownConfig(size=144, overlap=0)
     section_tokens: int = Field(
         default=1024,
         ge=64,
@@ -207,7 +219,7 @@ def strategy_profile(strategy: str, **params: object) -> Profile:
         cfg = _ADAPTER.validate_python({"kind": strategy, **params})
     except ValidationError as exc:
         raise ConfigError(_explain(exc, f"--strategy {strategy}")) from exc
-    return Profile(**{t: cfg for t in ("markdown", "html", "text", "code", "chat")})
+    return Profile(**{t: cfg for t in ("markdown", "html", "text", "code", "chat", "pdf", "docx")})
 
 
 def load_profile(path: Path | str | None) -> Profile:

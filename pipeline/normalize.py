@@ -11,7 +11,7 @@ import unicodedata
 
 from pipeline.errors import InputError, SkipFile
 from pipeline.model import Document, Section, sha256, strip_span
-from pipeline.parse import parse
+from pipeline.parse import is_binary, parse
 from pipeline.parse.sections import link_parents, split_large_sections
 from pipeline.sources import SourceFile
 
@@ -85,8 +85,17 @@ def normalize(src: SourceFile, data: bytes, *, section_tokens: int = 1024) -> Do
     """The whole stage: decode, clean, parse to sections; InputError or SkipFile for bad input."""
     if not data:
         raise SkipFile(src.uri, "empty file (0 bytes), nothing to index")
-    text, warnings = decode(data, src.uri)
-    parsed = parse(src.doc_type, clean(text), language=src.language, filename=src.path.name)
+    if is_binary(src.doc_type):  # PDF, Word: the parser reads the bytes and returns clean text
+        try:
+            parsed = parse(src.doc_type, data, language=src.language, filename=src.path.name)
+        except InputError as exc:  # the parser knows the file name only: say which file, once
+            raise InputError(src.uri, exc.reason, stage="normalize") from exc
+        except SkipFile as exc:
+            raise SkipFile(src.uri, exc.reason) from exc
+        warnings = list(parsed.warnings)
+    else:
+        text, warnings = decode(data, src.uri)
+        parsed = parse(src.doc_type, clean(text), language=src.language, filename=src.path.name)
     text = parsed.text
     if not text.strip():
         raise SkipFile(src.uri, "no text left after cleaning (whitespace or markup only)")
@@ -103,6 +112,9 @@ def normalize(src: SourceFile, data: bytes, *, section_tokens: int = 1024) -> Do
         warnings=warnings,
         raw_hash=sha256(data),
         mime=parsed.mime,
+        pages=parsed.pages,
+        ocr_pages=parsed.ocr_pages,
+        metadata=parsed.metadata,
     )
 
 

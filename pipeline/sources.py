@@ -35,6 +35,8 @@ SUFFIXES: dict[str, tuple[str, str | None]] = {
     ".go": ("code", "go"),
     ".rs": ("code", "rust"),
     ".java": ("code", "java"),
+    ".pdf": ("pdf", None),
+    ".docx": ("docx", None),
 }
 
 #: Folders never worth indexing.

@@ -3,6 +3,8 @@
 A parser turns cleaned text into sections (the parents chunks hang from) and may rewrite the text (HTML
 keeps only what is visible) or refine the document type (plain text that is a chat log). Adding a document
 type is one module here, named in `MODULES` at the bottom, plus its suffixes in `sources.SUFFIXES`.
+A binary type (PDF, Word) registers with `binary=True`: its parser gets the file's bytes, not decoded text,
+and returns clean text (`normalize.clean` leaves it unchanged) with the pages and metadata it found.
 Heavy libraries (markdown-it, bs4, tree-sitter) are imported inside the parsers, so importing this is cheap.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from importlib import import_module
-from typing import Protocol
+from typing import Any, Protocol
 
 from pipeline.model import Section
 
@@ -25,6 +27,10 @@ class Parsed:
     title: str = ""  # from the document itself (H1, <title>), never the file name
     doc_type: str = ""  # "" keeps the registered type; text may turn out to be "chat"
     mime: str = ""  # "" takes the registered one
+    pages: list[int] = field(default_factory=list)  # paged types: start offset of each page
+    ocr_pages: dict[int, float] = field(default_factory=dict)  # page number -> OCR confidence
+    warnings: list[str] = field(default_factory=list)  # e.g. pages left empty (no text layer, no OCR)
+    metadata: dict[str, Any] = field(default_factory=dict)  # page count, OCR pages: documents.metadata
 
 
 class ParseFn(Protocol):
@@ -33,25 +39,35 @@ class ParseFn(Protocol):
     def __call__(self, text: str, *, language: str | None, filename: str) -> Parsed: ...
 
 
+class BinaryParseFn(Protocol):
+    """The signature of a binary type's parser: the file's bytes in, clean text and sections out."""
+
+    def __call__(self, data: bytes, *, language: str | None, filename: str) -> Parsed: ...
+
+
 @dataclass(frozen=True)
 class Parser:
     """A registered parser: its document type, the MIME template, and the function."""
 
     doc_type: str
     mime: str  # may name {language}: "text/x-{language}"
-    fn: ParseFn
+    fn: ParseFn | BinaryParseFn
+    binary: bool = False  # fn takes the raw bytes (normalize skips decoding and cleanup)
 
 
 _PARSERS: dict[str, Parser] = {}
 
 
-def parser(doc_type: str, *, mime: str) -> Callable[[ParseFn], ParseFn]:
-    """Register the decorated function as the parser of `doc_type`; `mime` may use {language}."""
+def parser(doc_type: str, *, mime: str, binary: bool = False) -> Callable[[Any], Any]:
+    """Register the decorated function as the parser of `doc_type`; `mime` may use {language}.
 
-    def register(fn: ParseFn) -> ParseFn:
+    `binary=True`: the function is a `BinaryParseFn` and receives the file's bytes.
+    """
+
+    def register(fn: Any) -> Any:
         if doc_type in _PARSERS:
             raise ValueError(f"document type {doc_type!r} already has a parser ({_PARSERS[doc_type].fn!r})")
-        _PARSERS[doc_type] = Parser(doc_type, mime, fn)
+        _PARSERS[doc_type] = Parser(doc_type, mime, fn, binary)
         return fn
 
     return register
@@ -62,8 +78,16 @@ def registered() -> dict[str, Parser]:
     return dict(_PARSERS)
 
 
-def parse(doc_type: str, text: str, *, language: str | None = None, filename: str = "") -> Parsed:
-    """Parse cleaned text with the parser registered for `doc_type`; ValueError names an unknown type."""
+def is_binary(doc_type: str) -> bool:
+    """Whether the type's parser reads bytes (PDF, Word) rather than decoded text."""
+    entry = _PARSERS.get(doc_type)
+    return entry is not None and entry.binary
+
+
+def parse(
+    doc_type: str, content: str | bytes, *, language: str | None = None, filename: str = ""
+) -> Parsed:
+    """Parse cleaned text (or a binary type's bytes) with the type's parser; ValueError names an unknown type."""
     entry = _PARSERS.get(doc_type)
     if entry is None:
         known = ", ".join(sorted(_PARSERS))
@@ -71,7 +95,10 @@ def parse(doc_type: str, text: str, *, language: str | None = None, filename: st
             f"no parser for document type {doc_type!r} (registered: {known}); "
             "add a module under pipeline/parse/ with @parser and name it in pipeline.parse.MODULES"
         )
-    out = entry.fn(text, language=language, filename=filename)
+    if entry.binary != isinstance(content, bytes):
+        want = "bytes" if entry.binary else "decoded text"
+        raise TypeError(f"the parser of {doc_type!r} takes {want}, got {type(content).__name__}")
+    out = entry.fn(content, language=language, filename=filename)  # type: ignore[arg-type]
     return replace(
         out,
         doc_type=out.doc_type or doc_type,
@@ -80,6 +107,6 @@ def parse(doc_type: str, text: str, *, language: str | None = None, filename: st
 
 
 #: The per-type modules: importing one registers its parser (each imports only the names defined above).
-MODULES = ("code", "html", "markdown", "text")
+MODULES = ("code", "docx", "html", "markdown", "pdf", "text")
 for _name in MODULES:
     import_module(f"{__name__}.{_name}")

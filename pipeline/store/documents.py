@@ -150,7 +150,7 @@ def write_document(
                 chunk_key,
                 doc.mime,
                 doc.title,
-                json.dumps({"warnings": doc.warnings, "language": doc.language}),
+                json.dumps({"warnings": doc.warnings, "language": doc.language, **doc.metadata}),
                 doc.text,
                 run_id,
             ),
