@@ -124,13 +124,24 @@ def hits(found: list, *, parent: bool) -> None:
     for i, h in enumerate(found, 1):
         path = " > ".join(h.heading_path) or "-"
         out.print(
-            f"[bold]{i}. {h.score:.3f}[/]  {escape(show_path(h.source_uri))}  \\[{h.char_start}:{h.char_end}]  "
-            f"[cyan]{escape(path)}[/]",
+            f"[bold]{i}. {h.score:.3f}[/]  {escape(show_path(h.source_uri))}{_pages(h.metadata)}  "
+            f"\\[{h.char_start}:{h.char_end}]  [cyan]{escape(path)}[/]",
             highlight=False,
         )
         body = h.parent_text if parent and h.parent_text else h.text
         snippet = body if len(body) <= 600 else body[:600] + " …"
         out.print("   " + snippet.replace("\n", "\n   "), highlight=False, markup=False)
+
+
+def _pages(meta: dict) -> str:
+    """ "  p. 60" or "  pp. 60-61" for a chunk of a paged document (PDF), with OCR noted; else ""."""
+    first, last = meta.get("page"), meta.get("page_end")
+    if first is None:
+        return ""
+    where = f"p. {first}" if last in (None, first) else f"pp. {first}-{last}"
+    if meta.get("ocr"):
+        where += f" (OCR {meta.get('ocr_confidence', 0):.0%})"
+    return "  " + where
 
 
 def status(st: dict) -> None:
