@@ -171,3 +171,12 @@ def test_every_source_document_type_has_a_parser_and_an_unknown_type_is_a_clear_
         parse("pdf", "some text")
     parsed = parse("text", "Just prose.")
     assert (parsed.doc_type, parsed.mime, parsed.title) == ("text", "text/plain", "")
+
+
+def test_html_nested_ten_thousand_deep_is_read_not_a_recursion_error():
+    from pipeline.parse.html import parse_html
+
+    page = "<html><body><h1>Deep</h1>" + "<div>" * 10_000 + "text at the bottom" + "</div>" * 10_000
+    text, sections, title = parse_html(page + "</body></html>")
+    assert text == "Deep\n\ntext at the bottom" and title == "Deep"
+    assert [(s.start, s.end) for s in sections] == [(0, len(text))]

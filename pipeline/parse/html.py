@@ -75,8 +75,20 @@ def parse_html(html: str) -> tuple[str, list[Section], str]:
             emit_block(txt.strip())
             inline.clear()
 
-    def walk(node: Tag) -> None:
-        for child in node.children:
+    def walk(root: Tag) -> None:
+        """Depth first with an explicit stack (iterators of children, and a flush to run when a block
+        ends), so a page nested 10,000 deep is read like any other, not a RecursionError."""
+        stack: list = [iter(root.children)]
+        while stack:
+            top = stack[-1]
+            if callable(top):
+                stack.pop()
+                top()
+                continue
+            child = next(top, None)
+            if child is None:
+                stack.pop()
+                continue
             if isinstance(child, (Doctype, Declaration, ProcessingInstruction)):
                 continue
             if isinstance(child, NavigableString):
@@ -111,14 +123,12 @@ def parse_html(html: str) -> tuple[str, list[Section], str]:
             elif name == "li":
                 flush()
                 inline.append("- ")
-                walk(child)
-                flush()
+                stack += [flush, iter(child.children)]
             elif name in _BLOCK:
                 flush()
-                walk(child)
-                flush()
+                stack += [flush, iter(child.children)]
             else:
-                walk(child)
+                stack.append(iter(child.children))
 
     walk(soup)
     flush()
