@@ -238,13 +238,31 @@ def store_documents(b: Batch, work: Sequence[Work], embedded: Embedded) -> None:
     with b.stats.timed("store"):
         if not ctx.dry_run and embedded.fresh:
             store.cache_store(b.conn, ctx.model, {h: embedded.vectors[h] for h in embedded.fresh})
+        done = set() if ctx.dry_run else _write_new_in_bulk(b, work, embedded.vectors)
         for w in work:
             _count_plan(b.stats, w)
             if ctx.dry_run:
                 b.stats.plan.append(_plan_row(w))
-            else:
+            elif w.doc.uri not in done:
                 _write(b, w, embedded.vectors)
             b.progress.advance("store")
+
+
+def _write_new_in_bulk(b: Batch, work: Sequence[Work], vectors: dict[str, np.ndarray]) -> set[str]:
+    """During a bulk load (`store.bulk_mode`), the batch's new documents in one transaction; the uris written.
+    If that transaction fails, nothing of it stays and each document goes the per-document way."""
+    new = [w for w in work if w.is_new and not w.expected]
+    if len(new) < 2 or not store.bulk_mode(b.conn):
+        return set()
+    docs = [store.NewDocument(w.doc, w.chunk_key, w.fingerprints, w.chunks) for w in new]
+    try:
+        written = store.write_documents(
+            b.conn, collection_id=b.ctx.collection_id, docs=docs, vectors=vectors, model=b.ctx.model,
+            run_id=b.ctx.run_id,
+        )  # fmt: skip
+    except psycopg.Error:
+        return set()
+    return set(written)
 
 
 def _write(b: Batch, w: Work, vectors: dict[str, np.ndarray]) -> None:

@@ -4,6 +4,14 @@
 cache and prune; `reads` search and the chunks of a collection. Callers use `store.<function>`.
 """
 
+from pipeline.store.bulk import (
+    NewDocument,
+    bulk_load_pays,
+    bulk_mode,
+    drop_search_indexes,
+    ensure_search_indexes,
+    write_documents,
+)
 from pipeline.store.documents import (
     SCHEMA_DIM,
     as_array,
@@ -22,6 +30,7 @@ from pipeline.store.ledger import (
     get_collection,
     lock_collection,
     record_error,
+    recount_fts_stats,
     refresh_fts_stats,
     run_errors,
     start_run,
@@ -31,9 +40,10 @@ from pipeline.store.ledger import (
 from pipeline.store.reads import SEARCH_MODES, Hit, SearchMode, collection_chunks, collection_texts, search
 
 __all__ = [
-    "SCHEMA_DIM", "SEARCH_MODES", "Hit", "SearchMode", "as_array", "cache_lookup", "cache_store",
+    "SCHEMA_DIM", "SEARCH_MODES", "Hit", "NewDocument", "SearchMode", "bulk_load_pays", "bulk_mode", "drop_search_indexes",
+    "ensure_search_indexes", "write_documents", "as_array", "cache_lookup", "cache_store",
     "collection_chunks", "collection_texts", "drop_collection", "ensure_collection", "finish_run",
-    "get_collection", "lock_collection", "prune", "record_error", "refresh_fts_stats", "run_errors", "search",
+    "get_collection", "lock_collection", "prune", "recount_fts_stats", "record_error", "refresh_fts_stats", "run_errors", "search",
     "source_uris", "start_run", "status", "stored_documents", "stored_sections", "unlock_collection",
     "write_document",
 ]  # fmt: skip

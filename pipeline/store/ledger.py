@@ -13,6 +13,7 @@ from pipeline.model import (
     RunKind,
     RunStatus,
 )
+from pipeline.store.bulk import ensure_search_indexes
 from pipeline.store.documents import SCHEMA_DIM
 
 # ------------------------------------------------------------------------------------- collections
@@ -99,8 +100,19 @@ def finish_run(
 
 
 def refresh_fts_stats(conn: psycopg.Connection, collection_id: int) -> None:
-    """Store the collection's BM25 statistics (chunk count, mean length), so searches need not scan it."""
-    conn.execute("SELECT chunkyard_refresh_fts_stats(%s)", (collection_id,))
+    """End of a run's writes: search indexes a bulk load dropped are built again, and BM25 statistics
+    counted if a collection has none (triggers on chunks keep them current; `recount_fts_stats` repairs)."""
+    ensure_search_indexes(conn)
+    missing = conn.execute("SELECT fts_chunks IS NULL FROM collections WHERE id = %s", (collection_id,)).fetchone()
+    conn.commit()
+    if missing and missing[0]:
+        recount_fts_stats(conn, collection_id)
+
+
+def recount_fts_stats(conn: psycopg.Connection, collection_id: int) -> None:
+    """Recount a collection's BM25 statistics from its rows (a repair: a full pass over its chunks)."""
+    with conn.transaction():
+        conn.execute("SELECT chunkyard_refresh_fts_stats(%s)", (collection_id,))
 
 
 def record_error(conn: psycopg.Connection, run_id: int, source_uri: str, stage: str, error: str) -> None:

@@ -16,6 +16,8 @@ END
 $$;
 
 -- Top-k chunks of one collection by cosine similarity, with the parent section's text on request.
+-- The collection is a value found first and the soft-delete check a per-row filter, so the HNSW index scan
+-- drives the plan with both as filters (iterative scans go on until k rows pass them), generic plans too.
 CREATE OR REPLACE FUNCTION chunkyard_search(
     p_collection      text,
     p_query           vector,
@@ -42,8 +44,8 @@ AS $$
         SELECT c.id, c.embedding <=> p_query AS dist, c.text, c.document_id, c.section_id,
                c.char_start, c.char_end, c.metadata
         FROM chunks c
-        JOIN collections col ON col.id = c.collection_id AND col.name = p_collection
-        JOIN documents dd ON dd.id = c.document_id AND dd.deleted_at IS NULL
+        WHERE c.collection_id = (SELECT col.id FROM collections col WHERE col.name = p_collection)
+          AND (SELECT dd.deleted_at FROM documents dd WHERE dd.id = c.document_id) IS NULL
         ORDER BY c.embedding <=> p_query
         LIMIT p_k
     )
@@ -57,82 +59,154 @@ AS $$
     ORDER BY t.dist, t.id
 $$;
 
--- Corpus statistics for BM25, stored on the collection (the pipeline refreshes them after every run;
--- call it yourself after writing chunks by other means). Searching works without them, only slower.
+-- Recount a collection's BM25 statistics (fts_terms, chunk count, lengths) from its rows. Triggers on chunks
+-- keep them current, so this is a repair (e.g. after disabling triggers for a load), not a routine step.
 CREATE OR REPLACE FUNCTION chunkyard_refresh_fts_stats(p_collection_id bigint)
 RETURNS void
 LANGUAGE sql VOLATILE
-AS $$
+BEGIN ATOMIC
+    DELETE FROM fts_terms WHERE collection_id = p_collection_id;
+    INSERT INTO fts_terms (collection_id, lexeme, df)
+    SELECT p_collection_id, w.lexeme, count(*)
+    FROM chunks c CROSS JOIN LATERAL unnest(tsvector_to_array(c.tsv)) AS w(lexeme)
+    WHERE c.collection_id = p_collection_id
+    GROUP BY w.lexeme;
     UPDATE collections col
-    SET fts_chunks = s.n, fts_avg_len = s.avg_len
-    FROM (
-        SELECT count(*) AS n,
-               avg((SELECT sum(coalesce(array_length(u.positions, 1), 1)) FROM unnest(c.tsv) u)) AS avg_len
-        FROM chunks c
-        JOIN documents d ON d.id = c.document_id AND d.deleted_at IS NULL
-        WHERE c.collection_id = p_collection_id AND c.tsv <> ''::tsvector
-    ) s
-    WHERE col.id = p_collection_id
+    SET fts_chunks = s.n, fts_len_total = coalesce(s.len, 0), fts_lexemes_total = coalesce(s.lex, 0),
+        fts_avg_len = s.len::float8 / nullif(s.n, 0)
+    FROM (SELECT count(*) AS n, sum(chunkyard_tsv_len(c.tsv)) AS len, sum(length(c.tsv)) AS lex
+          FROM chunks c WHERE c.collection_id = p_collection_id AND c.tsv <> ''::tsvector) s
+    WHERE col.id = p_collection_id;
+END;
+
+-- A lexeme as a tsquery operand, quoted so that no character is read as an operator.
+CREATE OR REPLACE FUNCTION chunkyard_tsquery_word(p_lexeme text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN '''' || replace(replace(p_lexeme, '\', '\\'), '''', '''''') || '''';
+
+-- Which chunks BM25 scores: a tsquery over the query's lexemes (rarest first, with their IDF and document
+-- frequency). When all their matches are at most p_budget chunks, any of the words (exact BM25). Otherwise
+-- a weighted quorum over the (up to) 8 rarest words: a chunk must hold words whose IDF adds up to a
+-- threshold, the lowest one whose expected number of matches (words taken as independent) fits the budget.
+-- Chunks holding only frequent words are left out: they score low, and they are most of a large collection.
+CREATE OR REPLACE FUNCTION chunkyard_fts_candidates(
+    p_terms text[], p_idf float8[], p_df float8[], p_n float8, p_budget integer
+)
+RETURNS tsquery
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    WITH t AS (
+        SELECT u.i, u.w, u.idf, least(greatest(u.df / p_n, 1e-9), 1 - 1e-9) AS p
+        FROM unnest(p_terms, p_idf, p_df) WITH ORDINALITY AS u(w, idf, df, i)
+        WHERE u.i <= 8
+    ),
+    masks AS (
+        SELECT m.m, sum(t.idf) FILTER (WHERE m.m & (1 << (t.i - 1)::int) <> 0) AS mass,
+               min(t.idf) FILTER (WHERE m.m & (1 << (t.i - 1)::int) <> 0) AS least_idf,
+               exp(sum(ln(CASE WHEN m.m & (1 << (t.i - 1)::int) <> 0 THEN t.p ELSE 1 - t.p END))) AS prob
+        FROM generate_series(1, (1 << (SELECT count(*) FROM t)::int) - 1) AS m(m) CROSS JOIN t
+        GROUP BY m.m
+    ),
+    ranked AS (
+        SELECT masks.*, sum(masks.prob) OVER (ORDER BY masks.mass DESC, masks.m) * p_n AS expected
+        FROM masks
+    ),
+    threshold AS (
+        -- the lowest mass whose masks (and all heavier ones) are expected to match within the budget
+        SELECT coalesce(min(r.mass) FILTER (WHERE r.expected <= p_budget), max(r.mass)) AS tau FROM ranked r
+    )
+    SELECT CASE
+        WHEN sum(p_df_all.df) <= p_budget
+        THEN (SELECT string_agg(chunkyard_tsquery_word(x.w), ' | ')::tsquery FROM unnest(p_terms) AS x(w))
+        ELSE (SELECT string_agg('(' || (SELECT string_agg(chunkyard_tsquery_word(t.w), ' & ')
+                                        FROM t WHERE r.m & (1 << (t.i - 1)::int) <> 0) || ')', ' | ')::tsquery
+              FROM ranked r, threshold th
+              WHERE r.mass >= th.tau AND r.mass - r.least_idf < th.tau)
+        END
+    FROM unnest(p_df) AS p_df_all(df)
 $$;
 
 -- Okapi BM25 over the chunks' full-text vectors (English stemming, stop words dropped): the top p_k chunks
--- matching ANY word of the query. Document frequencies come from the GIN index at query time, so the
--- figures are always current; the corpus size and mean length come from the collection's stored statistics.
+-- for the words of the query. IDF comes from fts_terms and the collection's stored lengths (kept current
+-- by triggers), candidates from the GIN index (chunkyard_fts_candidates: every match when they are few, a
+-- weighted quorum of the rarest words when they are many), ranked with each chunk's length estimated from
+-- its count of distinct words; the best 2 * p_k + 20 are scored exactly, and those scores are returned.
+-- The signature of version 2 (without p_max_candidates) would make calls ambiguous next to this one.
+DROP FUNCTION IF EXISTS chunkyard_fulltext_search(text, text, integer, double precision, double precision);
+
 CREATE OR REPLACE FUNCTION chunkyard_fulltext_search(
     p_collection      text,
     p_query_text      text,
     p_k               integer DEFAULT 5,
     p_k1              double precision DEFAULT 1.2,
-    p_b               double precision DEFAULT 0.75
+    p_b               double precision DEFAULT 0.75,
+    p_max_candidates  integer DEFAULT 1000
 )
 RETURNS TABLE (chunk_id bigint, score double precision)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    WITH col AS (
-        SELECT c.id,
-               coalesce(c.fts_chunks, (SELECT count(*) FROM chunks x WHERE x.collection_id = c.id))::float8 AS n,
-               coalesce(c.fts_avg_len, (
-                   SELECT avg((SELECT sum(coalesce(array_length(u.positions, 1), 1)) FROM unnest(x.tsv) u))
-                   FROM chunks x WHERE x.collection_id = c.id), 1)::float8 AS avgdl
-        FROM collections c WHERE c.name = p_collection
-    ),
-    terms AS (
-        SELECT DISTINCT x.lexeme AS w,
-               -- a lexeme as a tsquery operand, quoted so that no character is read as an operator
-               ('''' || replace(replace(x.lexeme, '\', '\\'), '''', '''''') || '''')::tsquery AS tq
-        FROM unnest(to_tsvector('english', p_query_text)) x
-    ),
-    idf AS (
-        SELECT t.w, t.tq, ln(1 + (greatest(col.n, f.df) - f.df + 0.5) / (f.df + 0.5)) AS idf
-        FROM terms t
-        CROSS JOIN col
-        CROSS JOIN LATERAL (
-            SELECT count(*)::float8 AS df FROM chunks c
-            WHERE c.collection_id = col.id AND c.tsv @@ t.tq
-        ) f
-        WHERE f.df > 0
-    ),
-    cand AS (
+#variable_conflict use_column
+DECLARE
+    v_coll   bigint;
+    v_n      float8;
+    v_avgdl  float8;
+    v_ratio  float8;
+    v_terms  text[];
+    v_idf    float8[];
+    v_df     float8[];
+    v_query  tsquery;
+BEGIN
+    SELECT c.id, c.fts_chunks, c.fts_avg_len, c.fts_len_total::float8 / nullif(c.fts_lexemes_total, 0)
+    INTO v_coll, v_n, v_avgdl, v_ratio
+    FROM collections c WHERE c.name = p_collection;
+    IF coalesce(v_n, 0) = 0 THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(t.lexeme ORDER BY t.df, t.lexeme),
+           array_agg(ln(1 + (greatest(v_n, t.df) - t.df + 0.5) / (t.df + 0.5)) ORDER BY t.df, t.lexeme),
+           array_agg(t.df::float8 ORDER BY t.df, t.lexeme)
+    INTO v_terms, v_idf, v_df
+    FROM fts_terms t
+    WHERE t.collection_id = v_coll AND t.df > 0
+      AND t.lexeme = ANY (tsvector_to_array(to_tsvector('english', p_query_text)));
+    IF v_terms IS NULL THEN
+        RETURN;
+    END IF;
+    v_query := chunkyard_fts_candidates(v_terms, v_idf, v_df, v_n, p_max_candidates);
+    RETURN QUERY
+    WITH cand AS (
         SELECT c.id, c.tsv
         FROM chunks c
-        CROSS JOIN col
-        JOIN documents dd ON dd.id = c.document_id AND dd.deleted_at IS NULL
-        WHERE c.collection_id = col.id
-          AND c.tsv @@ (SELECT string_agg(idf.tq::text, ' | ')::tsquery FROM idf)
+        WHERE c.collection_id = v_coll AND c.tsv @@ v_query
+          AND (SELECT d.deleted_at FROM documents d WHERE d.id = c.document_id) IS NULL
+    ),
+    approx AS (  -- BM25 with the length estimated from the number of distinct words
+        SELECT cand.id, cand.tsv
+        FROM cand
+        CROSS JOIN LATERAL (
+            SELECT sum(q.idf * f.tf * (p_k1 + 1)
+                       / (f.tf + p_k1 * (1 - p_b + p_b * length(cand.tsv) * v_ratio / v_avgdl))) AS s
+            FROM unnest(ts_filter(setweight(cand.tsv, 'A', v_terms), '{a}')) u
+            CROSS JOIN LATERAL (SELECT coalesce(array_length(u.positions, 1), 1)::float8 AS tf) f
+            JOIN unnest(v_terms, v_idf) AS q(w, idf) ON q.w = u.lexeme
+        ) s
+        ORDER BY s.s DESC, cand.id
+        LIMIT 2 * p_k + 20
+    ),
+    exact AS (
+        SELECT a.id, (
+            SELECT sum(q.idf * f.tf * (p_k1 + 1) / (f.tf + p_k1 * (1 - p_b + p_b * dl.n / v_avgdl)))::float8
+            FROM unnest(ts_filter(setweight(a.tsv, 'A', v_terms), '{a}')) u
+            CROSS JOIN LATERAL (SELECT coalesce(array_length(u.positions, 1), 1)::float8 AS tf) f
+            JOIN unnest(v_terms, v_idf) AS q(w, idf) ON q.w = u.lexeme
+        ) AS score
+        FROM approx a
+        CROSS JOIN LATERAL (SELECT chunkyard_tsv_len(a.tsv)::float8 AS n) dl
     )
-    SELECT cand.id,
-           sum(idf.idf * tf.n * (p_k1 + 1)
-               / (tf.n + p_k1 * (1 - p_b + p_b * dl.n / col.avgdl)))::float8 AS score
-    FROM cand
-    CROSS JOIN col
-    CROSS JOIN LATERAL (SELECT sum(coalesce(array_length(u.positions, 1), 1))::float8 AS n
-                        FROM unnest(cand.tsv) u) dl
-    CROSS JOIN LATERAL unnest(cand.tsv) u
-    JOIN idf ON idf.w = u.lexeme
-    CROSS JOIN LATERAL (SELECT coalesce(array_length(u.positions, 1), 1)::float8 AS n) tf
-    GROUP BY cand.id
-    ORDER BY score DESC, cand.id
-    LIMIT p_k
+    SELECT e.id, e.score FROM exact e
+    ORDER BY e.score DESC, e.id
+    LIMIT p_k;
+END
 $$;
 
 -- Hybrid: vector similarity and BM25 full-text search fused. The candidates are the top p_candidates of
@@ -185,8 +259,8 @@ BEGIN
         SELECT v.id, 1 - v.dist AS sim, row_number() OVER (ORDER BY v.dist, v.id) AS r
         FROM (SELECT c.id, c.embedding <=> p_query AS dist
               FROM chunks c
-              JOIN collections col ON col.id = c.collection_id AND col.name = p_collection
-              JOIN documents dd ON dd.id = c.document_id AND dd.deleted_at IS NULL
+              WHERE c.collection_id = (SELECT col.id FROM collections col WHERE col.name = p_collection)
+                AND (SELECT dd.deleted_at FROM documents dd WHERE dd.id = c.document_id) IS NULL
               ORDER BY c.embedding <=> p_query
               LIMIT p_candidates) v
     ),

@@ -1,0 +1,183 @@
+"""Bulk loads: many new documents in one transaction (set-based inserts, binary COPY), and search indexes
+dropped before a large first load and built once after it, which is several times faster than row by row."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from pipeline.model import Chunk, Document, embed_hash, section_hash, sha256
+
+#: The indexes a bulk load may build after the load instead of maintaining row by row (name -> definition).
+#: The definitions are those of the migrations (001, 002); `ensure_search_indexes` restores any that is missing.
+SEARCH_INDEXES: dict[str, str] = {
+    "chunks_embedding_hnsw": "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks "
+    "USING hnsw (embedding vector_cosine_ops)",
+    "chunks_tsv_idx": "CREATE INDEX IF NOT EXISTS chunks_tsv_idx ON chunks USING gin (tsv)",
+}
+
+
+@dataclass
+class NewDocument:
+    """A document with no stored state: every section is new and chunked."""
+
+    doc: Document
+    chunk_key: str
+    fingerprints: list[str]
+    chunks: dict[int, list[Chunk]] = field(default_factory=dict)  # section index -> its chunks
+
+
+def write_documents(
+    conn: psycopg.Connection,
+    *,
+    collection_id: int,
+    docs: Sequence[NewDocument],
+    vectors: dict[str, np.ndarray],
+    model: str,
+    run_id: int | None,
+) -> dict[str, int]:
+    """Insert new documents, their sections and chunks in ONE transaction of a few set-based statements;
+    returns uri -> id of those written (a uri stored meanwhile by someone else is left to the caller)."""
+    if not docs:
+        return {}
+    with conn.transaction():
+        rows = conn.execute(
+            """INSERT INTO documents (collection_id, source_uri, content_hash, text_hash, doc_type, chunk_key,
+                                      mime, title, metadata, normalized_text, last_run_id)
+               SELECT %s, u.* , %s
+               FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                           %s::jsonb[], %s::text[]) AS u
+               ON CONFLICT (collection_id, source_uri) DO NOTHING
+               RETURNING source_uri, id""",
+            (
+                collection_id,
+                run_id,
+                [d.doc.uri for d in docs],
+                [d.doc.raw_hash for d in docs],
+                [d.doc.text_hash for d in docs],
+                [d.doc.doc_type for d in docs],
+                [d.chunk_key for d in docs],
+                [d.doc.mime for d in docs],
+                [d.doc.title for d in docs],
+                [json.dumps({"warnings": d.doc.warnings, "language": d.doc.language}) for d in docs],
+                [d.doc.text for d in docs],
+            ),
+        ).fetchall()
+        doc_ids = dict(rows)
+        written = [d for d in docs if d.doc.uri in doc_ids]
+        sec_rows = [(doc_ids[d.doc.uri], i, s, d) for d in written for i, s in enumerate(d.doc.sections)]
+        if not sec_rows:
+            return doc_ids
+        ids = conn.execute(
+            """INSERT INTO sections (document_id, ordinal, level, kind, heading_path, content_hash, fingerprint,
+                                     char_start, char_end)
+               SELECT u.doc, u.ordinal, u.level, u.kind, coalesce(string_to_array(u.path, E'\\x1f'), '{}'),
+                      u.hash, u.fp, u.cs, u.ce
+               FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::text[], %s::text[], %s::text[], %s::text[],
+                           %s::int[], %s::int[]) AS u(doc, ordinal, level, kind, path, hash, fp, cs, ce)
+               RETURNING document_id, ordinal, id""",
+            (
+                [r[0] for r in sec_rows],
+                [r[1] for r in sec_rows],
+                [s.level for _, _, s, _ in sec_rows],
+                [s.kind for _, _, s, _ in sec_rows],
+                ["\x1f".join(s.heading_path) if s.heading_path else None for _, _, s, _ in sec_rows],
+                [section_hash(d.doc, s) for _, _, s, d in sec_rows],
+                [d.fingerprints[i] for _, i, _, d in sec_rows],
+                [s.start for _, _, s, _ in sec_rows],
+                [s.end for _, _, s, _ in sec_rows],
+            ),
+        ).fetchall()
+        sid = {(doc, ordinal): i for doc, ordinal, i in ids}
+        links = [
+            (sid[doc, i], sid[doc, s.parent]) for doc, i, s, _ in sec_rows if s.parent is not None
+        ]  # fmt: skip
+        if links:
+            conn.execute(
+                """UPDATE sections s SET parent_id = u.parent FROM unnest(%s::bigint[], %s::bigint[]) AS u(id, parent)
+                   WHERE s.id = u.id""",
+                ([a for a, _ in links], [b for _, b in links]),
+            )
+        copy_chunks(
+            conn,
+            [
+                (sid[doc_ids[d.doc.uri], i], doc_ids[d.doc.uri], k, ch)
+                for d in written
+                for i, chunks in d.chunks.items()
+                for k, ch in enumerate(chunks)
+            ],
+            collection_id=collection_id,
+            vectors=vectors,
+            model=model,
+        )
+    return doc_ids
+
+
+def copy_chunks(
+    conn: psycopg.Connection,
+    rows: Sequence[tuple[int, int, int, Chunk]],
+    *,
+    collection_id: int,
+    vectors: dict[str, np.ndarray],
+    model: str,
+) -> None:
+    """Binary COPY of (section id, document id, ordinal, chunk) rows into chunks: the one way chunks are written."""
+    if not rows:
+        return
+    with conn.cursor().copy(
+        """COPY chunks (section_id, document_id, collection_id, ordinal, text, context, content_hash,
+                        embed_hash, char_start, char_end, token_count, metadata, model, embedding)
+           FROM STDIN WITH (FORMAT BINARY)"""
+    ) as cp:
+        cp.set_types(["int8", "int8", "int8", "int4", "text", "text", "text", "text", "int4", "int4",
+                      "int4", "jsonb", "text", "vector"])  # fmt: skip
+        for section_id, doc_id, ordinal, ch in rows:
+            h = embed_hash(ch.embed_text)
+            cp.write_row([
+                section_id, doc_id, collection_id, ordinal, ch.text, ch.context, sha256(ch.text), h,
+                ch.start, ch.end, ch.token_count, Jsonb(ch.metadata), model, vectors[h],
+            ])  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------ search indexes
+
+
+def bulk_load_pays(conn: psycopg.Connection, expected_chunks: int) -> bool:
+    """Whether dropping the search indexes and building them after the load is cheaper than keeping them:
+    when the load at least doubles the chunk table (building is several times faster than inserting)."""
+    stored = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = 'chunks'").fetchone()
+    conn.commit()
+    return expected_chunks >= max(10_000, max(stored[0] if stored else 0, 0))
+
+
+def bulk_mode(conn: psycopg.Connection) -> bool:
+    """Whether a bulk load is under way (its HNSW index dropped): batches then write many documents at once."""
+    row = conn.execute("SELECT to_regclass('chunks_embedding_hnsw') IS NULL").fetchone()
+    conn.commit()
+    return bool(row[0])
+
+
+def drop_search_indexes(conn: psycopg.Connection) -> None:
+    """Drop the HNSW and GIN indexes before a large load (searches scan until they are built again)."""
+    for name in SEARCH_INDEXES:
+        conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
+    conn.commit()
+
+
+def ensure_search_indexes(conn: psycopg.Connection, *, maintenance_work_mem: str = "1GB") -> list[str]:
+    """Build the search indexes that are missing (after a bulk load, or one that crashed); returns their names."""
+    missing = [
+        n for n in SEARCH_INDEXES if conn.execute("SELECT to_regclass(%s) IS NULL", (n,)).fetchone()[0]
+    ]
+    for name in missing:
+        with conn.transaction():
+            conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
+            conn.execute(SEARCH_INDEXES[name])
+    conn.commit()
+    return missing
