@@ -19,3 +19,13 @@ def quiet_prefect() -> None:
 
 
 quiet_prefect()
+
+
+def quiet_console() -> None:
+    """No Prefect log lines or tracebacks on the terminal (the CLI prints one line per problem);
+    the API handler still sends every log to the Prefect server's UI. `--debug` keeps them."""
+    import logging
+
+    for h in logging.getLogger("prefect").handlers:
+        if not type(h).__name__.startswith("APILog"):
+            h.setLevel(logging.CRITICAL)

@@ -45,7 +45,13 @@ def _profile(profile: Path | None, strategy: str | None, params: list[str] | Non
 
 
 #: Options several commands share, declared once.
-CollectionOpt = Annotated[str, typer.Option("--collection", "-c")]
+def _collection(name: str) -> str:
+    from pipeline.config import check_collection_name
+
+    return check_collection_name(name)
+
+
+CollectionOpt = Annotated[str, typer.Option("--collection", "-c", callback=_collection)]
 ProfileOpt = Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")]
 StrategyOpt = Annotated[str | None, typer.Option(help="One strategy for every document type.")]
 ParamOpt = Annotated[list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")]
@@ -82,11 +88,43 @@ def _flow(name: str, params: dict, *, workers: int = 0, dask_address: str | None
     """A call that runs a Prefect flow here (its runs show in the UI when PREFECT_API_URL is set)."""
 
     def call(bars: console.Bars) -> dict:
+        from flows import quiet_console
         from flows.run import run_flow
 
+        _preflight(params.get("collection") if name in ("reindex", "prune") else None)
+        if not _debug():
+            quiet_console()
         return run_flow(name, params, workers=workers, address=dask_address, progress=bars)
 
     return call
+
+
+def _preflight(collection: str | None) -> None:
+    """Reach the database (and find the collection) before Prefect starts: its errors are one line."""
+    from pipeline import db, store
+
+    with db.connection(db.database_url()) as conn:
+        if collection is not None and store.get_collection(conn, collection) is None:
+            raise ConfigError(
+                f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first"
+            )
+
+
+def _debug() -> bool:
+    import os
+
+    return bool(os.environ.get("CHUNKYARD_DEBUG"))
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and Prefect's own logs.")] = False,
+) -> None:
+    """Document ingestion into Postgres + pgvector."""
+    if debug:
+        import os
+
+        os.environ["CHUNKYARD_DEBUG"] = "1"
 
 
 @app.command()
@@ -249,7 +287,7 @@ def serve(
 @app.command()
 def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
-    k: Annotated[int, typer.Option("-k", help="How many chunks.")] = 5,
+    k: Annotated[int, typer.Option("-k", min=1, max=1000, help="How many chunks (1-1000).")] = 5,
     collection: CollectionOpt = "default",
     mode: Annotated[
         str,
@@ -434,6 +472,11 @@ def db_stop() -> None:
     from pipeline import db
 
     s = Settings()
+    if s.database_url:
+        raise ConfigError(
+            "CHUNKYARD_DATABASE_URL is set: that server is not chunkyard's to stop; "
+            "unset it to stop the embedded server"
+        )
     out.print("stopped" if db.stop_embedded(s.pgdata) else "not running")
 
 
@@ -452,20 +495,42 @@ def main() -> None:
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (ChunkyardError, TransientError) as e:
-        err.print(f"[red]error[/]: {e}", highlight=False)
-        sys.exit(EXIT_ERROR)
+        _fail(str(e))
     except KeyboardInterrupt:
-        err.print("interrupted")
+        err.print("interrupted: what was committed stays; run the same command again to finish")
         sys.exit(130)
-    except Exception as e:  # click usage errors and the like
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
+    except Exception as e:  # usage errors (typer's own click), a lost database, a bug
+        if callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
+            e.show()  # type: ignore[attr-defined]
+            sys.exit(e.exit_code)  # type: ignore[attr-defined]
+        if type(e).__name__ == "Abort":
             sys.exit(130)
-        raise
+        if _debug():
+            raise
+        _fail(_one_line(e))
+
+
+def _fail(message: str) -> None:
+    """One line on stderr, exit 2 (usage, configuration or database error)."""
+    from rich.markup import escape
+
+    err.print(f"[red]error[/]: {escape(message)}", highlight=False, soft_wrap=True)
+    sys.exit(EXIT_ERROR)
+
+
+def _one_line(e: BaseException) -> str:
+    """What went wrong, without a stack: a lost database says so and how to resume."""
+    import psycopg
+
+    first = (str(e).strip().splitlines() or [""])[0]
+    if isinstance(e, psycopg.OperationalError | psycopg.errors.AdminShutdown):
+        return (
+            f"lost the database connection ({first}); nothing already stored was lost (documents are "
+            "committed one by one): run the same command again when the database is back"
+        )
+    if isinstance(e, psycopg.Error):
+        return f"database error: {type(e).__name__}: {first}"
+    return f"unexpected {type(e).__name__}: {first} (run with --debug for the traceback)"
 
 
 if __name__ == "__main__":

@@ -213,6 +213,21 @@ class Profile(BaseModel):
         return self.model_dump(mode="json")
 
 
+#: Longest collection name: it names a Prefect deployment and shows in every table.
+MAX_COLLECTION_NAME = 200
+
+
+def check_collection_name(name: str) -> str:
+    """A collection name as given, or a ConfigError saying what is wrong with it."""
+    if not name or not name.strip():
+        raise ConfigError("--collection: the name is empty; give a name such as 'docs'")
+    if len(name) > MAX_COLLECTION_NAME:
+        raise ConfigError(f"--collection: the name has {len(name)} characters; at most {MAX_COLLECTION_NAME}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise ConfigError("--collection: the name contains control characters")
+    return name
+
+
 def strategy_profile(strategy: str, **params: object) -> Profile:
     """A profile that applies one strategy to every document type (`--strategy X`)."""
     try:

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one line per problem, also when stderr is a file
 
 #: Bars shown for a run, in order; "files" counts whole files, the others the stages of the pipeline.
 BARS = ("files", "load", "normalize", "chunk", "embed", "store")

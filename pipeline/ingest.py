@@ -39,11 +39,12 @@ def run_ingest(
 ) -> RunResult:
     """Ingest files and folders into one collection; files gone from the folders are pruned."""
     settings = settings or Settings()
+    require_some(paths)
     files, found, roots = discover_files(paths)
     params = {"paths": [str(p) for p in paths], "dry_run": dry_run} | ({"flow": flow} if flow else {})
     opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress)
     begin = dict(dry_run=dry_run, model_limit=model_limit)
-    return _ingest(settings, collection or settings.collection, profile or Profile(), kind, params, found, files,
+    return _ingest(settings, settings.collection if collection is None else collection, profile or Profile(), kind, params, found, files,
                    roots if prune else None, soft_delete, opts, begin)  # fmt: skip
 
 
@@ -70,6 +71,9 @@ def run_backfill(
     if modified_since and modified_until and modified_since >= modified_until:
         raise ConfigError("modified_since must be before modified_until")
     paths, missing = expand_sources(sources)
+    if not paths:
+        raise ConfigError("nothing to ingest: " + "; ".join(f"{e.source}: {e.reason}" for e in missing))
+    require_some(paths)
     files, pre, roots = discover_files(paths)
     for e in missing:
         pre.fail(e.source, Stage.DISCOVER, e.reason)
@@ -181,6 +185,13 @@ def run_prune(
     ) as run:
         run.prune_vanished(roots, soft=soft)
         return run.finish()
+
+
+def require_some(paths: Sequence[str | Path]) -> None:
+    """A usage error, before any collection or ledger row exists, when no path given exists at all."""
+    given = [Path(p).expanduser() for p in paths]
+    if given and not any(p.exists() or p.is_symlink() for p in given):
+        raise ConfigError(f"nothing to ingest: {', '.join(map(str, paths))}: no such file or directory")
 
 
 def discover_files(paths: Sequence[str | Path]) -> tuple[list[str], Stats, list[str]]:

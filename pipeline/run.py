@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 import psycopg
 
 from pipeline import db, stages, store
-from pipeline.config import Profile, Settings
+from pipeline.config import Profile, Settings, check_collection_name
 from pipeline.embed import model_dim
 from pipeline.errors import TransientError
 from pipeline.model import ErrorRecord, NoProgress, Progress, RunContext, RunKind, RunStatus, Stage, Stats
@@ -126,6 +126,7 @@ class Run:
         model_limit: int | None = None,
     ) -> Run:
         """Open the ledger row and take the collection's lock (a dry run does neither)."""
+        check_collection_name(collection)
         url = db.database_url(settings)
         conn = db.connect(url)
         try:
@@ -296,10 +297,12 @@ def _expected_chunks(paths: Sequence[str]) -> int:
 def prune_missing(ctx: RunContext, roots: list[str], seen: list[str], soft: bool) -> Stats:
     """Delete rows of documents under `roots` that were not seen in this run."""
     stats = Stats()
-    if ctx.dry_run or ctx.collection_id is None:
+    if ctx.collection_id is None:
         return stats
     with stats.timed("prune"), db.connection(ctx.url) as conn:
-        n_docs, n_chunks = store.prune(conn, ctx.collection_id, roots=roots, seen=set(seen), soft=soft)
+        n_docs, n_chunks = store.prune(
+            conn, ctx.collection_id, roots=roots, seen=set(seen), soft=soft, dry_run=ctx.dry_run
+        )
     stats.counts["documents_deleted"] += n_docs
     stats.counts["chunks_deleted"] += n_chunks
     return stats

@@ -167,6 +167,8 @@ def parse(b: Batch, loaded: Sequence[Loaded]) -> list[Parsed]:
                 doc = normalize(src, item.data, section_tokens=profile.section_tokens_for(src.doc_type))
             except SkipFile as exc:
                 b.stats.skip(src.uri, exc.reason)
+                if item.old is not None and not item.old.deleted:
+                    _forget(b, src.uri)  # its old text must not stay searchable
             except InputError as exc:
                 b.fail(src.uri, Stage.NORMALIZE, exc.reason)
             except Exception as exc:  # a parser bug must not take the run down with it
@@ -176,6 +178,16 @@ def parse(b: Batch, loaded: Sequence[Loaded]) -> list[Parsed]:
                 out.append(Parsed(src, doc, item.old))
             b.progress.advance("normalize")
     return out
+
+
+def _forget(b: Batch, uri: str) -> None:
+    """Delete the rows of a stored document whose file now holds nothing to index."""
+    assert b.ctx.collection_id is not None
+    n_docs, n_chunks = store.prune(
+        b.conn, b.ctx.collection_id, roots=[uri], seen=set(), soft=False, dry_run=b.ctx.dry_run
+    )
+    b.stats.counts["documents_deleted"] += n_docs
+    b.stats.counts["chunks_deleted"] += n_chunks
 
 
 def diff(b: Batch, parsed: Sequence[Parsed]) -> list[Work]:

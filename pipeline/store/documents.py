@@ -224,9 +224,17 @@ def write_document(
 
 
 def prune(
-    conn: psycopg.Connection, collection_id: int, *, roots: Sequence[str], seen: set[str], soft: bool
+    conn: psycopg.Connection,
+    collection_id: int,
+    *,
+    roots: Sequence[str],
+    seen: set[str],
+    soft: bool,
+    dry_run: bool = False,
 ) -> tuple[int, int]:
-    """Delete (or mark deleted) documents under the given roots that the run did not see."""
+    """Delete (or mark deleted) documents under the given roots that the run did not see.
+
+    A dry run only counts what would go: (documents, chunks)."""
     if not roots:
         return 0, 0
     rows = conn.execute(
@@ -242,7 +250,9 @@ def prune(
         n_chunks = conn.execute(
             "SELECT count(*) FROM chunks WHERE document_id = ANY(%s)", (gone,)
         ).fetchone()[0]
-        if soft:
+        if dry_run:
+            pass
+        elif soft:
             conn.execute("UPDATE documents SET deleted_at = now() WHERE id = ANY(%s)", (gone,))
         else:
             conn.execute("DELETE FROM documents WHERE id = ANY(%s)", (gone,))

@@ -1,0 +1,78 @@
+"""The CLI under bad usage and hostile input: one line, exit 2, no traceback, nothing created or lost."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.ingest import run_ingest
+
+
+def cli(*args: str, url: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    full = dict(os.environ, CHUNKYARD_DATABASE_URL=url, COLUMNS="80", **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=full, cwd=cwd,
+        timeout=300,
+    )  # fmt: skip
+
+
+def one_line_error(res: subprocess.CompletedProcess, needle: str) -> None:
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
+    assert needle in res.stderr
+
+
+def test_usage_errors_are_one_line_and_exit_2(tmp_path, database_url, conn):
+    one_line_error(
+        cli("search", "keys", "-k", "-1", url=database_url, cwd=tmp_path), "greater than or equal to 1"
+    )
+    one_line_error(cli("search", "keys", "-k", "10000000000", url=database_url, cwd=tmp_path), "less than or")
+    one_line_error(cli("ingest", str(tmp_path), "-c", "", url=database_url, cwd=tmp_path), "name is empty")
+    res = cli("ingest", str(tmp_path), "-c", "x" * 201, "--no-prefect", url=database_url, cwd=tmp_path)
+    one_line_error(res, "at most 200")
+    res = cli("ingest", str(tmp_path / "nope"), "-c", "ghost", "--no-prefect", url=database_url, cwd=tmp_path)
+    one_line_error(res, "nothing to ingest")
+    # a usage error creates nothing: no collection, no ledger row
+    assert conn.execute("SELECT count(*) FROM collections").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    # unknown collection through the Prefect path: found before Prefect starts, so no flow noise
+    one_line_error(cli("reindex", "-c", "ghost", url=database_url, cwd=tmp_path), "no collection 'ghost'")
+    one_line_error(cli("db", "stop", url=database_url, cwd=tmp_path), "not chunkyard's to stop")
+
+
+def test_an_unreachable_database_is_one_line(tmp_path):
+    dead = "postgresql://nobody@127.0.0.1:1/nothing"
+    (tmp_path / "a.md").write_text("# A\n\nText.\n")
+    for args in (["ingest", str(tmp_path), "--no-prefect"], ["ingest", str(tmp_path)], ["status"]):
+        one_line_error(cli(*args, url=dead, cwd=tmp_path), "cannot connect to Postgres")
+
+
+def test_dry_run_counts_deletions_and_an_emptied_file_loses_its_rows(tmp_path, settings, conn):
+    for name in ("keep", "gone", "empty"):
+        (tmp_path / f"{name}.md").write_text(f"# {name}\n\nA note called {name}, about pelicans.\n")
+    run_ingest([tmp_path], settings=settings)
+    (tmp_path / "gone.md").unlink()
+    (tmp_path / "empty.md").write_bytes(b"")
+    dry, run_id, _ = run_ingest([tmp_path], settings=settings, dry_run=True)
+    assert run_id is None and dry.counts["documents_deleted"] == 2  # the vanished one and the emptied one
+    assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] == 3  # a dry run deletes nothing
+    real, _, _ = run_ingest([tmp_path], settings=settings)
+    assert real.counts["documents_deleted"] == dry.counts["documents_deleted"]
+    assert real.counts["chunks_deleted"] == dry.counts["chunks_deleted"] > 0
+    uris = [r[0].rsplit("/", 1)[-1] for r in conn.execute("SELECT source_uri FROM documents")]
+    assert uris == ["keep.md"]
+    found = conn.execute("SELECT count(*) FROM chunks WHERE text LIKE '%empty%'").fetchone()[0]
+    assert found == 0  # the emptied file's old text is no longer searchable
+
+
+@pytest.mark.parametrize("name", ["", " ", "a\x00b", "x" * 201])
+def test_bad_collection_names_are_refused_everywhere(name, settings, tmp_path):
+    from pipeline.errors import ConfigError
+
+    (tmp_path / "a.md").write_text("# A\n\nText.\n")
+    with pytest.raises(ConfigError, match="--collection"):
+        run_ingest([tmp_path], settings=settings, collection=name)
