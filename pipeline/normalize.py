@@ -43,16 +43,61 @@ def decode(data: bytes, uri: str) -> tuple[str, list[str]]:
         return data.decode("utf-8"), warnings
     except UnicodeDecodeError as exc:
         bad = f"invalid UTF-8 at byte {exc.start} (0x{data[exc.start]:02x})"
-    from charset_normalizer import from_bytes
-
-    best = from_bytes(data).best()
-    enc = best.encoding if best is not None else "cp1252"
+    text = data.decode("utf-8", errors="replace")
+    n_bad = text.count("\ufffd") - data.count(b"\xef\xbf\xbd")
+    n_multi = sum(1 for ch in text if ord(ch) > 127) - text.count("\ufffd")
+    if n_multi >= n_bad and n_bad <= max(3, len(data) // 1000):
+        # UTF-8 with a few stray bytes: decoding it all as a legacy code page would garble every
+        # correct accented letter ("RÃ©sumÃ©") to save a few wrong ones
+        more = f" and {n_bad - 1} more" if n_bad > 1 else ""
+        warnings.append(
+            f"{bad}{more}; decoded as UTF-8 with U+FFFD for the bad bytes — fix them to silence this"
+        )
+        return text, warnings
+    enc = legacy_encoding(data)
     try:
         text = data.decode(enc)
     except (UnicodeDecodeError, LookupError):
         enc, text = "latin-1", data.decode("latin-1")
     warnings.append(f"{bad}; decoded as {enc} — re-save the file as UTF-8 to silence this")
     return text, warnings
+
+
+#: Among code pages the detector finds equally good: Western European first (the likeliest for text whose
+#: language it cannot tell), then Central European before rarer ones such as Nordic iso8859_10.
+_WESTERN = ("cp1252", "latin_1", "iso8859_15")
+_CENTRAL = ("iso8859_2", "cp1250")
+
+
+def legacy_encoding(data: bytes) -> str:
+    """The 8-bit encoding of non-UTF-8 text: charset-normalizer's pick, but cp1252 among equals.
+
+    On short texts the detector ranks Central European code pages first for plain French or German
+    ("è" read as "č"); when candidates tie, or no language was recognised, cp1252 wins if it decodes.
+    """
+    from charset_normalizer import from_bytes
+
+    matches = list(from_bytes(data))
+    if not matches:
+        return "cp1252" if _decodes(data, "cp1252") else "latin-1"
+    best = matches[0]
+    tied = {
+        m.encoding for m in matches if m.chaos <= best.chaos + 0.01 and m.coherence >= best.coherence - 0.01
+    }
+    for enc in _WESTERN:
+        if enc in tied and _decodes(data, enc):
+            return enc
+    if best.language == "Unknown" and _decodes(data, "cp1252"):
+        return "cp1252"
+    return next((enc for enc in _CENTRAL if enc in tied and _decodes(data, enc)), best.encoding)
+
+
+def _decodes(data: bytes, enc: str) -> bool:
+    try:
+        data.decode(enc)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _looks_binary(data: bytes) -> bool:

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from pipeline.errors import ConfigError
 from pipeline.ingest import run_ingest
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
@@ -78,8 +81,13 @@ def test_missing_path_and_empty_folder(tmp_path, settings):
     empty.mkdir()
     stats, _, status = run_ingest([empty], settings=settings)
     assert status == "completed" and stats.counts["documents_seen"] == 0
-    stats, _, status = run_ingest([tmp_path / "nope"], settings=settings)
-    assert status == "failed"
+    # nothing given exists: a usage error before any collection or ledger row is made (issue 15)
+    with pytest.raises(ConfigError, match="nothing to ingest"):
+        run_ingest([tmp_path / "nope"], settings=settings)
+    # one of several paths missing: that path is the run's failure, the rest is ingested
+    (empty / "a.md").write_text("# A\n\nText about otters.\n")
+    stats, _, status = run_ingest([empty, tmp_path / "nope"], settings=settings)
+    assert status == "failed" and stats.counts["documents_new"] == 1
     assert stats.errors[0][2] == "no such file or directory"
 
 

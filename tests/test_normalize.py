@@ -180,3 +180,28 @@ def test_html_nested_ten_thousand_deep_is_read_not_a_recursion_error():
     text, sections, title = parse_html(page + "</body></html>")
     assert text == "Deep\n\ntext at the bottom" and title == "Deep"
     assert [(s.start, s.end) for s in sections] == [(0, len(text))]
+
+
+@pytest.mark.parametrize(
+    ("text", "encoding"),
+    [
+        ("Le café est très bon, à côté de l'église.", "latin-1"),
+        ("Grüße aus Köln, sagte der Bäcker.", "cp1252"),
+        ("El niño comió piñata en Año Nuevo.", "latin-1"),
+        ("Příliš žluťoučký kůň úpěl ďábelské ódy.", "iso8859_2"),
+    ],
+)
+def test_legacy_encodings_decode_to_the_right_letters(text, encoding):
+    decoded, warnings = decode(text.encode(encoding), "file:///x.txt")
+    assert decoded == text
+    assert len(warnings) == 1 and "re-save the file as UTF-8" in warnings[0]
+
+
+def test_a_stray_byte_in_utf8_spoils_one_character_not_the_file():
+    good = ("Résumé of the naïve café, Ørsted and Łódź. " * 40).encode("utf-8")
+    data = good[:500] + b"\xff" + good[500:]
+    text, warnings = decode(data, "file:///x.md")
+    assert text.replace("\ufffd", "", 1) == good.decode("utf-8")
+    assert warnings == [
+        "invalid UTF-8 at byte 500 (0xff); decoded as UTF-8 with U+FFFD for the bad bytes — fix them to silence this"
+    ]
