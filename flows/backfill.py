@@ -29,6 +29,7 @@ def backfill_flow(
     soft_delete: bool = False,
     files_per_batch: Annotated[int, Field(ge=1)] | None = None,
     batch_bytes: Annotated[int, Field(ge=1024)] | None = BATCH_BYTES,
+    follow_external_links: bool | None = None,
 ) -> dict | State:
     """Ingest many sources; re-running after an interruption skips every document already stored.
 
@@ -46,5 +47,6 @@ def backfill_flow(
         files_per_batch=files_per_batch,
         batch_bytes=batch_bytes,
         executor=PrefectExecutor(),
+        follow_external_links=follow_external_links,
     )
     return finish(result, collection)

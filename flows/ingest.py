@@ -25,6 +25,7 @@ def ingest_flow(
     soft_delete: bool = False,
     files_per_batch: Annotated[int, Field(ge=1)] | None = None,
     batch_bytes: Annotated[int, Field(ge=1024)] | None = BATCH_BYTES,
+    follow_external_links: bool | None = None,
 ) -> dict | State:
     """Ingest files and folders into one collection; Failed (with the summary) when any file failed."""
     result = run_ingest(
@@ -37,6 +38,7 @@ def ingest_flow(
         files_per_batch=files_per_batch,
         batch_bytes=batch_bytes,
         executor=PrefectExecutor(),
+        follow_external_links=follow_external_links,
         flow="ingest",
     )
     return finish(result, collection)

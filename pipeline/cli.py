@@ -56,6 +56,13 @@ ProfileOpt = Annotated[Path | None, typer.Option(help="Chunking profile (TOML)."
 StrategyOpt = Annotated[str | None, typer.Option(help="One strategy for every document type.")]
 ParamOpt = Annotated[list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")]
+FollowOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--follow-external-links/--no-follow-external-links",
+        help="Ingest what links inside the folders point to outside them (default: report, skip).",
+    ),
+]
 _Workers = Annotated[
     int, typer.Option(min=0, help="Local Dask worker processes (0: threads here; CHUNKYARD_DASK_WORKERS).")
 ]
@@ -142,6 +149,7 @@ def ingest(
     prefect: Annotated[
         bool, typer.Option(help="Run as a Prefect flow (default) or as plain functions.")
     ] = True,
+    follow_external_links: FollowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Load, normalize, chunk, embed and store documents; only changed sections are re-embedded."""
@@ -152,6 +160,7 @@ def ingest(
         "dry_run": dry_run,
         "prune": prune,
         "soft_delete": soft_delete,
+        "follow_external_links": follow_external_links,
     }
     if prefect:
         _run(_flow("ingest", params | {"profile": prof.as_json()}), as_json=as_json)
@@ -180,6 +189,7 @@ def backfill(
     batch_bytes: Annotated[int | None, typer.Option(min=1024, help="About this many bytes per task.")] = None,
     workers: _Workers = 0,
     dask_address: _DaskAddress = None,
+    follow_external_links: FollowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest many sources as one Prefect run; run it again after an interruption and it does only the rest."""
@@ -192,6 +202,7 @@ def backfill(
         "prune": prune,
         "files_per_batch": files_per_batch,
         "batch_bytes": batch_bytes or BATCH_BYTES,
+        "follow_external_links": follow_external_links,
     }
     _run(_flow("backfill", params, workers=workers, dask_address=dask_address), as_json=as_json)
 

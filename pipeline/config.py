@@ -43,6 +43,9 @@ class Settings(BaseSettings):
         default=0, ge=0, description="Local Dask worker processes for flow tasks; 0 = threads, no Dask."
     )
     collection: str = "default"
+    follow_external_links: bool = Field(
+        default=False, description="Ingest files that links inside a folder point to outside it."
+    )
     pdf_passwords: SecretStr | None = Field(
         default=None,
         description="Passwords tried in turn on encrypted PDFs: comma-separated, or @FILE with one per line.",

@@ -36,11 +36,13 @@ def run_ingest(
     model_limit: int | None = None,
     kind: RunKind = RunKind.INGEST,
     flow: str | None = None,
+    follow_external_links: bool | None = None,
 ) -> RunResult:
     """Ingest files and folders into one collection; files gone from the folders are pruned."""
     settings = settings or Settings()
     require_some(paths)
-    files, found, roots = discover_files(paths)
+    follow = settings.follow_external_links if follow_external_links is None else follow_external_links
+    files, found, roots = discover_files(paths, follow_external_links=follow)
     params = {"paths": [str(p) for p in paths], "dry_run": dry_run} | ({"flow": flow} if flow else {})
     opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress)
     begin = dict(dry_run=dry_run, model_limit=model_limit)
@@ -62,6 +64,7 @@ def run_backfill(
     batch_bytes: int | None = BATCH_BYTES,
     executor: Executor | None = None,
     progress: Progress | None = None,
+    follow_external_links: bool | None = None,
 ) -> RunResult:
     """Ingest many sources (globs, a modification-date range); rerun after an interruption to finish."""
     settings = settings or Settings()
@@ -74,7 +77,8 @@ def run_backfill(
     if not paths:
         raise ConfigError("nothing to ingest: " + "; ".join(f"{e.source}: {e.reason}" for e in missing))
     require_some(paths)
-    files, pre, roots = discover_files(paths)
+    follow = settings.follow_external_links if follow_external_links is None else follow_external_links
+    files, pre, roots = discover_files(paths, follow_external_links=follow)
     for e in missing:
         pre.fail(e.source, Stage.DISCOVER, e.reason)
     files = filter_modified(files, since=modified_since, until=modified_until)
@@ -194,10 +198,12 @@ def require_some(paths: Sequence[str | Path]) -> None:
         raise ConfigError(f"nothing to ingest: {', '.join(map(str, paths))}: no such file or directory")
 
 
-def discover_files(paths: Sequence[str | Path]) -> tuple[list[str], Stats, list[str]]:
+def discover_files(
+    paths: Sequence[str | Path], *, follow_external_links: bool = False
+) -> tuple[list[str], Stats, list[str]]:
     """Supported files under the paths, the discovery tally (skipped, missing) and the prune roots."""
     stats = Stats()
-    files, skipped, errors = discover(paths)
+    files, skipped, errors = discover(paths, follow_external_links=follow_external_links)
     for e in errors:
         stats.fail(e.source, e.stage, e.reason)
     for s in skipped:

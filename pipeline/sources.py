@@ -74,8 +74,14 @@ def detect(path: Path) -> tuple[str, str | None] | None:
     return SUFFIXES.get(path.suffix.lower())
 
 
-def discover(paths: Iterable[Path | str]) -> tuple[list[SourceFile], list[Skipped], list[InputError]]:
-    """All supported files under the given paths, sorted; unsupported ones skipped, missing ones errors."""
+def discover(
+    paths: Iterable[Path | str], *, follow_external_links: bool = False
+) -> tuple[list[SourceFile], list[Skipped], list[InputError]]:
+    """All supported files under the given paths, sorted; unsupported ones skipped, missing ones errors.
+
+    A link inside a folder that points outside it is skipped and reported (its target may be anything
+    on the machine) unless `follow_external_links`; a path given directly is always read.
+    """
     found: dict[str, SourceFile] = {}
     skipped: list[Skipped] = []
     errors: list[InputError] = []
@@ -84,7 +90,7 @@ def discover(paths: Iterable[Path | str]) -> tuple[list[SourceFile], list[Skippe
         if not root.exists() and not root.is_symlink():
             errors.append(InputError(str(raw), "no such file or directory", stage="discover"))
             continue
-        for path in _walk(root, errors):
+        for path in _walk(root, errors, skipped, follow=follow_external_links):
             kind = detect(path)
             if kind is None:
                 skipped.append(
@@ -96,22 +102,58 @@ def discover(paths: Iterable[Path | str]) -> tuple[list[SourceFile], list[Skippe
     return sorted(found.values(), key=lambda s: s.uri), skipped, errors
 
 
-def _walk(root: Path, errors: list[InputError]) -> Iterator[Path]:
-    """Files below root (or root itself), skipping hidden and tool folders."""
+def _walk(root: Path, errors: list[InputError], skipped: list[Skipped], *, follow: bool) -> Iterator[Path]:
+    """Files below root (or root itself), skipping hidden and tool folders and links that leave root."""
     if not root.is_dir():
         yield root  # a file, a broken link or a pipe: read_bytes says what is wrong with it
         return
+    real_root = root.resolve()
 
     def onerror(exc: OSError) -> None:
         errors.append(
             InputError(str(exc.filename), f"cannot list directory ({exc.strerror})", stage="discover")
         )
 
-    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+    def leaves(p: Path) -> Path | None:
+        """The outside target of a link that leaves root; None for anything else."""
+        if not p.is_symlink():
+            return None
+        target = p.resolve()
+        return None if target == real_root or target.is_relative_to(real_root) else target
+
+    seen_dirs = {real_root}
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=follow):
+        keep = []
+        for d in sorted(dirnames):
+            p = Path(dirpath) / d
+            if d in SKIP_DIRS or d.startswith("."):
+                continue
+            if p.is_symlink():
+                target = leaves(p)
+                if target is not None and not follow:
+                    skipped.append(Skipped(source_uri(p), _not_followed(target)))
+                    continue
+                if target is None or p.resolve() in seen_dirs:
+                    continue  # inside root it is walked anyway; a cycle is walked once
+            seen_dirs.add(p.resolve())
+            keep.append(d)
+        dirnames[:] = keep
         for name in sorted(filenames):
-            if not name.startswith("."):
-                yield Path(dirpath) / name
+            if name.startswith("."):
+                continue
+            p = Path(dirpath) / name
+            target = leaves(p) if not follow else None
+            if target is not None:
+                skipped.append(Skipped(source_uri(p), _not_followed(target)))
+                continue
+            yield p
+
+
+def _not_followed(target: Path) -> str:
+    return (
+        f"a link to {target}, outside the folder: not followed "
+        "(--follow-external-links, or CHUNKYARD_FOLLOW_EXTERNAL_LINKS=1, ingests it)"
+    )
 
 
 def read_bytes(src: SourceFile) -> bytes:

@@ -76,3 +76,25 @@ def test_bad_collection_names_are_refused_everywhere(name, settings, tmp_path):
     (tmp_path / "a.md").write_text("# A\n\nText.\n")
     with pytest.raises(ConfigError, match="--collection"):
         run_ingest([tmp_path], settings=settings, collection=name)
+
+
+def test_links_that_leave_the_folder_are_reported_not_followed(tmp_path, settings, conn):
+    docs, outside = tmp_path / "docs", tmp_path / "outside"
+    docs.mkdir()
+    (outside / "vault").mkdir(parents=True)
+    (outside / "secret.md").write_text("# Secret\n\nThe launch code is swordfish.\n")
+    (outside / "vault" / "more.md").write_text("# More\n\nThe safe combination is 4-8-15.\n")
+    (docs / "own.md").write_text("# Own\n\nPelicans.\n")
+    (docs / "secret.md").symlink_to(outside / "secret.md")
+    (docs / "vault").symlink_to(outside / "vault", target_is_directory=True)
+    (docs / "alias.md").symlink_to(docs / "own.md")  # a link inside the folder stays its own file
+    stats, _, status = run_ingest([docs], settings=settings)
+    assert status == "completed"
+    reasons = {uri.rsplit("/", 1)[-1]: why for uri, why in stats.skipped}
+    assert set(reasons) == {"secret.md", "vault"} and all("outside the folder" in w for w in reasons.values())
+    stored = {r[0].rsplit("/", 1)[-1] for r in conn.execute("SELECT source_uri FROM documents")}
+    assert stored == {"own.md", "alias.md"}
+    assert conn.execute("SELECT count(*) FROM chunks WHERE text LIKE '%swordfish%'").fetchone()[0] == 0
+    stats, _, _ = run_ingest([docs], settings=settings, follow_external_links=True)
+    stored = {r[0].rsplit("/", 1)[-1] for r in conn.execute("SELECT source_uri FROM documents")}
+    assert stored == {"own.md", "alias.md", "secret.md", "more.md"}
