@@ -87,7 +87,9 @@ RETURN '''' || replace(replace(p_lexeme, '\', '\\'), '''', '''''') || '''';
 -- Which chunks BM25 scores: a tsquery over the query's lexemes (rarest first, with their IDF and document
 -- frequency). When all their matches are at most p_budget chunks, any of the words (exact BM25). Otherwise
 -- a weighted quorum over the (up to) 8 rarest words: a chunk must hold words whose IDF adds up to a
--- threshold, the lowest one whose expected number of matches (words taken as independent) fits the budget.
+-- threshold, the lowest one whose expected number of matches (words taken as independent) fits the budget,
+-- and one that no chunk reaches without one of the rarest words (MaxScore's essential lists), so the index
+-- scan costs about the posting lists of those words, not of the frequent ones, however large the collection.
 -- Chunks holding only frequent words are left out: they score low, and they are most of a large collection.
 CREATE OR REPLACE FUNCTION chunkyard_fts_candidates(
     p_terms text[], p_idf float8[], p_df float8[], p_n float8, p_budget integer
@@ -111,9 +113,20 @@ AS $$
         SELECT masks.*, sum(masks.prob) OVER (ORDER BY masks.mass DESC, masks.m) * p_n AS expected
         FROM masks
     ),
+    required AS (
+        -- the rarest words whose posting lists add up to at most 20 budgets (the rarest one at least): every
+        -- candidate must hold one of them, so the GIN scan reads those lists and only skips through the rest
+        SELECT coalesce(sum(t.idf) FILTER (WHERE t.i > greatest(1, (
+                   SELECT count(*) FROM (SELECT sum(t2.p) OVER (ORDER BY t2.i) * p_n AS cum FROM t t2) c
+                   WHERE c.cum <= 20.0 * p_budget))), 0) AS rest_mass
+        FROM t
+    ),
     threshold AS (
-        -- the lowest mass whose masks (and all heavier ones) are expected to match within the budget
-        SELECT coalesce(min(r.mass) FILTER (WHERE r.expected <= p_budget), max(r.mass)) AS tau FROM ranked r
+        -- the lowest mass whose masks (and all heavier ones) are expected to match within the budget, and
+        -- above the mass of the words outside the required ones
+        SELECT greatest(coalesce(min(r.mass) FILTER (WHERE r.expected <= p_budget), max(r.mass)),
+                        (SELECT rest_mass FROM required) + 1e-9) AS tau
+        FROM ranked r
     )
     SELECT CASE
         WHEN sum(p_df_all.df) <= p_budget
@@ -129,8 +142,9 @@ $$;
 -- Okapi BM25 over the chunks' full-text vectors (English stemming, stop words dropped): the top p_k chunks
 -- for the words of the query. IDF comes from fts_terms and the collection's stored lengths (kept current
 -- by triggers), candidates from the GIN index (chunkyard_fts_candidates: every match when they are few, a
--- weighted quorum of the rarest words when they are many), ranked with each chunk's length estimated from
--- its count of distinct words; the best 2 * p_k + 20 are scored exactly, and those scores are returned.
+-- weighted quorum of the rarest words when they are many), ranked by BM25 with each chunk's length
+-- estimated from its count of distinct words; the best 2 * p_k + 20 are scored with their exact lengths,
+-- and those exact scores are returned.
 -- The signature of version 2 (without p_max_candidates) would make calls ambiguous next to this one.
 DROP FUNCTION IF EXISTS chunkyard_fulltext_search(text, text, integer, double precision, double precision);
 
@@ -174,34 +188,38 @@ BEGIN
     END IF;
     v_query := chunkyard_fts_candidates(v_terms, v_idf, v_df, v_n, p_max_candidates);
     RETURN QUERY
-    WITH cand AS (
-        SELECT c.id, c.tsv
-        FROM chunks c
-        WHERE c.collection_id = v_coll AND c.tsv @@ v_query
-          AND (SELECT d.deleted_at FROM documents d WHERE d.id = c.document_id) IS NULL
+    WITH q AS (
+        SELECT u.w, u.idf FROM unnest(v_terms, v_idf) AS u(w, idf)
     ),
-    approx AS (  -- BM25 with the length estimated from the number of distinct words
-        SELECT cand.id, cand.tsv
-        FROM cand
-        CROSS JOIN LATERAL (
-            SELECT sum(q.idf * f.tf * (p_k1 + 1)
-                       / (f.tf + p_k1 * (1 - p_b + p_b * length(cand.tsv) * v_ratio / v_avgdl))) AS s
-            FROM unnest(ts_filter(setweight(cand.tsv, 'A', v_terms), '{a}')) u
-            CROSS JOIN LATERAL (SELECT coalesce(array_length(u.positions, 1), 1)::float8 AS tf) f
-            JOIN unnest(v_terms, v_idf) AS q(w, idf) ON q.w = u.lexeme
-        ) s
-        ORDER BY s.s DESC, cand.id
+    cand AS (  -- BM25 with the length estimated from the number of distinct words (one detoast per chunk)
+        SELECT c.id, c.tsv, c.document_id, (
+                   SELECT sum(q.idf * f.tf * (p_k1 + 1)
+                              / (f.tf + p_k1 * (1 - p_b + p_b * length(c.tsv) * v_ratio / v_avgdl)))
+                   FROM unnest(ts_filter(setweight(c.tsv, 'A', v_terms), '{a}')) u
+                   CROSS JOIN LATERAL (SELECT coalesce(array_length(u.positions, 1), 1)::float8 AS tf) f
+                   JOIN q ON q.w = u.lexeme
+               ) AS s
+        FROM chunks c
+        -- "+ 0": the GIN index finds the candidates, never a scan of the collection's rows (a generic plan
+        -- cannot tell a large collection from a small one)
+        WHERE c.collection_id + 0 = v_coll AND c.tsv @@ v_query
+        ORDER BY s DESC, c.id
+    ),
+    live AS (  -- the best of them whose document is not soft-deleted
+        SELECT cand.id, cand.tsv FROM cand
+        WHERE (SELECT d.deleted_at FROM documents d WHERE d.id = cand.document_id) IS NULL
         LIMIT 2 * p_k + 20
     ),
     exact AS (
-        SELECT a.id, (
+        SELECT l.id, (
             SELECT sum(q.idf * f.tf * (p_k1 + 1) / (f.tf + p_k1 * (1 - p_b + p_b * dl.n / v_avgdl)))::float8
-            FROM unnest(ts_filter(setweight(a.tsv, 'A', v_terms), '{a}')) u
+            FROM unnest(ts_filter(setweight(l.tsv, 'A', v_terms), '{a}')) u
             CROSS JOIN LATERAL (SELECT coalesce(array_length(u.positions, 1), 1)::float8 AS tf) f
-            JOIN unnest(v_terms, v_idf) AS q(w, idf) ON q.w = u.lexeme
+            JOIN q ON q.w = u.lexeme
         ) AS score
-        FROM approx a
-        CROSS JOIN LATERAL (SELECT chunkyard_tsv_len(a.tsv)::float8 AS n) dl
+        FROM live l
+        CROSS JOIN LATERAL (SELECT sum(coalesce(array_length(u.positions, 1), 1))::float8 AS n
+                            FROM unnest(l.tsv) u) dl
     )
     SELECT e.id, e.score FROM exact e
     ORDER BY e.score DESC, e.id
