@@ -43,6 +43,9 @@ class Settings(BaseSettings):
         default=0, ge=0, description="Local Dask worker processes for flow tasks; 0 = threads, no Dask."
     )
     collection: str = "default"
+    db_retry_seconds: float = Field(
+        default=60.0, ge=0, description="How long a run waits for a lost database to come back (seconds)."
+    )
     follow_external_links: bool = Field(
         default=False, description="Ingest files that links inside a folder point to outside it."
     )

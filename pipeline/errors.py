@@ -30,6 +30,10 @@ class TransientError(ChunkyardError):
     """A failure worth retrying: connection lost, timeout, serialization conflict."""
 
 
+class DatabaseUnavailable(TransientError):
+    """The database stayed away longer than a run waits for it: stop, say nothing was lost, say how to resume."""
+
+
 class ConcurrentUpdate(TransientError):
     """A document changed in the database while this run was processing it: redo it from the new state."""
 

@@ -314,3 +314,4 @@ class RunContext:
     device: str | None = None
     embed_batch_size: int = 64
     model_limit: int | None = None  # eval only: chunks may exceed the model's input (it truncates)
+    db_retry_seconds: float = 60.0  # how long a lost database is waited for before the run stops

@@ -8,7 +8,9 @@ passed in (or set for a block of code with `reporting`), never to a module-globa
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -20,7 +22,7 @@ import psycopg
 from pipeline import db, stages, store
 from pipeline.config import Profile, Settings, check_collection_name
 from pipeline.embed import model_dim
-from pipeline.errors import TransientError
+from pipeline.errors import DatabaseUnavailable, TransientError
 from pipeline.model import ErrorRecord, NoProgress, Progress, RunContext, RunKind, RunStatus, Stage, Stats
 from pipeline.sources import (
     cut_batches,
@@ -35,6 +37,8 @@ from pipeline.stages import is_unchanged, router_for
 #: and a flow run about 1.2 s, while embedding 256 KiB of text takes 30-60 s on 2 CPU cores (about a second
 #: on a GPU), so overhead stays under 5%, and a corpus still splits into enough tasks to keep workers busy.
 BATCH_BYTES = 256 * 1024
+
+log = logging.getLogger(__name__)
 
 _progress: ContextVar[Progress | None] = ContextVar("chunkyard_progress", default=None)
 
@@ -76,10 +80,54 @@ class Serial:
         self, ctx: RunContext, batches: Sequence[list[str]], progress: Progress
     ) -> Iterator[BatchResult]:
         for b in batches:
-            yield b, stages.ingest_batch(ctx, b, progress)
+            yield b, retrying(ctx, lambda b=b: stages.ingest_batch(ctx, b, progress))
 
     def step(self, fn: Callable[..., Stats], ctx: RunContext, *args: Any) -> Stats:
-        return fn(ctx, *args)
+        return retrying(ctx, lambda: fn(ctx, *args))
+
+
+#: Attempts of one batch or step when the failure is transient (a lost connection, a conflict).
+ATTEMPTS = 5
+
+
+def retrying(ctx: RunContext, call: Callable[[], Stats]) -> Stats:
+    """Run `call`; after a transient failure wait for the database (growing pauses) and run it again.
+
+    Redoing a batch is safe: documents it already committed are found unchanged and skipped.
+    """
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return call()
+        except (TransientError, psycopg.OperationalError) as exc:
+            if attempt == ATTEMPTS:
+                raise
+            log.warning("transient failure (%s); waiting for the database, then retrying", _first_line(exc))
+            wait_for_database(ctx.url, seconds=ctx.db_retry_seconds, cause=exc)
+    raise AssertionError("unreachable")
+
+
+def wait_for_database(url: str, *, seconds: float, cause: BaseException) -> None:
+    """Return once the database answers; DatabaseUnavailable when it has not within `seconds`."""
+    deadline = time.monotonic() + seconds
+    pause = 0.5
+    while True:
+        try:
+            psycopg.connect(url, connect_timeout=5).close()
+            return
+        except psycopg.OperationalError:
+            pass
+        if time.monotonic() + pause > deadline:
+            raise DatabaseUnavailable(
+                f"lost the database ({_first_line(cause)}) and it did not come back within {seconds:.0f} s "
+                "(CHUNKYARD_DB_RETRY_SECONDS); nothing already stored was lost: documents are committed one "
+                "by one, so running the same command again resumes where this run stopped"
+            ) from cause
+        time.sleep(pause)
+        pause = min(pause * 2, 10.0)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class RunResult(NamedTuple):
@@ -157,6 +205,7 @@ class Run:
             device=settings.device,
             embed_batch_size=settings.embed_batch_size,
             model_limit=model_limit,
+            db_retry_seconds=settings.db_retry_seconds,
         )
         return cls(
             ctx, conn, executor=executor or Serial(), progress=progress or _progress.get() or NoProgress()
@@ -183,9 +232,23 @@ class Run:
             self._record(stats.errors)
 
     def _record(self, errors: Sequence[ErrorRecord]) -> None:
-        if self.ctx.run_id is not None:
-            for rec in errors:
-                store.record_error(self.conn, self.ctx.run_id, *rec)
+        if self.ctx.run_id is not None and errors:
+            run_id = self.ctx.run_id
+            self._with_conn(lambda conn: [store.record_error(conn, run_id, *rec) for rec in errors])
+
+    def _with_conn(self, write: Callable[[psycopg.Connection], object]) -> None:
+        """Write through the run's own connection; if the database went away, wait for it, reconnect and
+        take the collection's lock again (it went with the old connection), then write once more."""
+        try:
+            write(self.conn)
+            return
+        except psycopg.OperationalError as exc:
+            wait_for_database(self.ctx.url, seconds=self.ctx.db_retry_seconds, cause=exc)
+        self.conn.close()
+        self.conn = db.connect(self.ctx.url)
+        if self.ctx.collection_id is not None and self.ctx.run_id is not None:
+            store.lock_collection(self.conn, self.ctx.collection_id)
+        write(self.conn)
 
     # ------------------------------------------------------------------------------------ the work
 
@@ -262,9 +325,7 @@ class Run:
         self.status = RunStatus.FAILED if self.stats.errors else RunStatus.COMPLETED
         try:
             if self.ctx.run_id is not None:
-                store.refresh_fts_stats(self.conn, self.ctx.collection_id)
-                self._write_ledger()
-                store.unlock_collection(self.conn, self.ctx.collection_id)
+                self._with_conn(self._close_ledger)
         finally:
             self.conn.close()
         return RunResult(self.stats, self.ctx.run_id, self.status)
@@ -280,10 +341,18 @@ class Run:
         finally:
             self.conn.close()
 
-    def _write_ledger(self) -> None:
+    def _write_ledger(self, conn: psycopg.Connection | None = None) -> None:
         assert self.ctx.run_id is not None
         counts, timings = dict(self.stats.counts), self.stats.timings
-        store.finish_run(self.conn, self.ctx.run_id, status=self.status, counts=counts, timings=timings)
+        store.finish_run(
+            conn or self.conn, self.ctx.run_id, status=self.status, counts=counts, timings=timings
+        )
+
+    def _close_ledger(self, conn: psycopg.Connection) -> None:
+        """The end of a run in the database: BM25 statistics, the ledger row, the lock released."""
+        store.refresh_fts_stats(conn, self.ctx.collection_id)
+        self._write_ledger(conn)
+        store.unlock_collection(conn, self.ctx.collection_id)
 
 
 def _expected_chunks(paths: Sequence[str]) -> int:
