@@ -167,8 +167,10 @@ def test_every_source_document_type_has_a_parser_and_an_unknown_type_is_a_clear_
     parsers = registered()
     for suffix, (doc_type, _) in SUFFIXES.items():
         assert doc_type in parsers, f"{suffix} is detected as {doc_type!r} but no parser is registered for it"
-    with pytest.raises(ValueError, match=r"no parser for document type 'pdf' \(registered: .*markdown"):
-        parse("pdf", "some text")
+    with pytest.raises(ValueError, match=r"no parser for document type 'epub' \(registered: .*markdown"):
+        parse("epub", "some text")
+    with pytest.raises(TypeError, match=r"the parser of 'pdf' takes bytes, got str"):
+        parse("pdf", "decoded text")  # binary types get the file's bytes
     parsed = parse("text", "Just prose.")
     assert (parsed.doc_type, parsed.mime, parsed.title) == ("text", "text/plain", "")
 

@@ -39,7 +39,7 @@ class TextBuilder:
         """Append a heading block: a section of `level` starts here, named `title` (default: its text)."""
         span = self.add(text)
         if span[1] > span[0]:
-            self.heads.append((span[0], max(1, min(level, 6)), " ".join((title or text).split())[:200]))
+            self.heads.append((span[0], max(1, min(level, 6)), title or self.parts[-1]))
         return span
 
     def page(self) -> None:
@@ -52,6 +52,8 @@ class TextBuilder:
 
     def sections(self, heads: list[Head] | None = None) -> list[Section]:
         """Heading sections over the text; `heads` replaces the recorded ones (a PDF outline)."""
-        return heading_sections(
-            self.text, sorted(heads if heads is not None else self.heads, key=lambda h: h[0]), self.atomic
-        )
+        from pipeline.normalize import clean
+
+        chosen = self.heads if heads is None else heads
+        named = [(off, level, " ".join(clean(t).split())[:200]) for off, level, t in chosen]
+        return heading_sections(self.text, sorted(named, key=lambda h: h[0]), self.atomic)

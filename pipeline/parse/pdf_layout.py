@@ -151,7 +151,8 @@ def region_blocks(lines: list[Line]) -> list[Block]:
         return []
     pitches = [a.top - b.top for a, b in zip(lines, lines[1:], strict=False) if a.top > b.top]
     pitch = statistics.median(pitches) if pitches else 0.0
-    right = max(ln.x1 for ln in lines)
+    ends = sorted(ln.x1 for ln in lines)
+    right = ends[int(0.9 * (len(ends) - 1))]  # the text's right edge; an overlong line does not move it
     left = min(ln.x0 for ln in lines)
     out: list[Block] = []
     i = 0
@@ -203,9 +204,16 @@ def _breaks(p: Line, ln: Line, pitch: float, left: float, right: float) -> bool:
         return True
     if _BULLET.match(ln.text) or (_ITEM.match(ln.text) and p.x1 < right - 2 * size):
         return True
-    short = p.x1 < right - 2.5 * size
+    room = right - p.x1
+    if room < 2.5 * size:
+        return False
+    text = ln.text.strip()
+    first = text.split(" ", 1)[0]
+    per_char = (ln.x1 - ln.x0) / max(len(text), 1)
+    if first and not p.text.endswith(_HYPHEN) and room > (len(first) + 2) * per_char:
+        return True  # the next line's first word would have fitted: the line was ended on purpose
     indented = ln.x0 > left + 0.8 * size and ln.x0 > p.x0 + 0.8 * size
-    return short and (indented or p.text.rstrip().endswith((".", "!", "?", ":")))
+    return indented or p.text.rstrip().endswith((".", "!", "?", ":"))
 
 
 def _paragraph(lines: list[Line]) -> Block:

@@ -61,15 +61,19 @@ def text_runs(textpage: Any) -> list[Seg]:
         pdfium_c.FPDFText_GetLooseCharBox(raw, i, box)
         left, bottom, right, top = box.left, box.bottom, box.right, box.top
         h = max(top - bottom, 0.1)
-        if chars:
-            overlap = min(top, last[2]) - max(bottom, last[1])
+        if chars:  # plain comparisons: this loop runs once per glyph
+            lb, lt = last[1], last[2]
+            overlap = (top if top < lt else lt) - (bottom if bottom > lb else lb)
             gap = left - last[0]
-            if overlap < 0.5 * min(h, last[2] - last[1]) or gap > CELL_GAP * h or gap < -2 * h:
+            if overlap < 0.5 * (h if h < lt - lb else lt - lb) or gap > CELL_GAP * h or gap < -2 * h:
                 close()
         if not chars:
             x0, x1 = left, right
         else:
-            x0, x1 = min(x0, left), max(x1, right)
+            if left < x0:
+                x0 = left
+            if right > x1:
+                x1 = right
         chars.append(ch)
         bottoms.append(bottom)
         tops.append(top)
