@@ -39,6 +39,8 @@ def _sql_dir() -> Path:
 
 SQL_DIR = _sql_dir()
 DB_NAME = "chunkyard"
+#: schema_migrations' row for the re-applied functions (their checksum; numbered migrations use 001...).
+FUNCTIONS_VERSION = "functions"
 
 _embedded = {}  # pgdata -> server handle, kept alive for the process
 _migrated: set[str] = set()
@@ -203,11 +205,12 @@ def migrate(conn: psycopg.Connection) -> list[str]:
             ).fetchone()
             if not has_vector:
                 raise DatabaseError(_missing_vector_hint(conn.info.dsn))
-            conn.execute(
-                """CREATE TABLE IF NOT EXISTS schema_migrations (
-                       version text PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
-                       applied_at timestamptz NOT NULL DEFAULT now())"""
-            )
+            if conn.execute("SELECT to_regclass('schema_migrations')").fetchone()[0] is None:
+                conn.execute(
+                    """CREATE TABLE schema_migrations (
+                           version text PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
+                           applied_at timestamptz NOT NULL DEFAULT now())"""
+                )
             done = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
             for path in migration_files():
                 version, body = path.name[:3], path.read_text(encoding="utf-8")
@@ -225,8 +228,23 @@ def migrate(conn: psycopg.Connection) -> list[str]:
                     (version, path.name, checksum),
                 )
                 applied_now.append(path.name)
-            for path in function_files():
-                conn.execute(path.read_text(encoding="utf-8"))
+            # Functions are re-applied only when their files changed: a role without DDL rights (the
+            # pipeline as chunkyard_writer) connects to an up-to-date database without touching them.
+            bodies = [path.read_text(encoding="utf-8") for path in function_files()]
+            checksum = hashlib.sha256("\x00".join(bodies).encode()).hexdigest()
+            if applied_now or done.get(FUNCTIONS_VERSION) != checksum:
+                for body in bodies:
+                    conn.execute(body)
+                conn.execute(
+                    """INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, 'functions/*.sql', %s)
+                       ON CONFLICT (version) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()""",
+                    (FUNCTIONS_VERSION, checksum),
+                )
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise DatabaseError(
+            f"the schema needs changes this role may not make ({str(exc).strip()}); run `chunkyard db migrate` "
+            "once as the schema's owner, then connect as this role again"
+        ) from exc
     finally:
         conn.autocommit = autocommit
     _register_vector(conn, conn.info.dsn)

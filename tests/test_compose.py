@@ -64,15 +64,18 @@ def test_environment_matches_the_settings(compose):
     url = urlparse(worker["CHUNKYARD_DATABASE_URL"])
     pg = _env(services["postgres"])
     assert url.hostname == "postgres" and url.port == 5432
-    assert (url.username, url.password, url.path.lstrip("/")) == (
-        pg["POSTGRES_USER"],
-        pg["POSTGRES_PASSWORD"],
-        pg["POSTGRES_DB"],
-    )
+    assert (url.username, url.path.lstrip("/")) == (pg["POSTGRES_USER"], pg["POSTGRES_DB"])
+    # no password in the file: the worker's libpq and the server read the same required variable
+    assert url.password is None and worker["PGPASSWORD"] == pg["POSTGRES_PASSWORD"]
+    assert pg["POSTGRES_PASSWORD"].startswith("${CHUNKYARD_DB_PASSWORD:?")
     api = urlparse(worker["PREFECT_API_URL"])
     server = services["prefect-server"]
     assert api.hostname == "prefect-server" and api.path == "/api"
-    assert str(api.port) in server["command"] and f"{api.port}:{api.port}" in server["ports"]
+    assert str(api.port) in server["command"] and f"127.0.0.1:{api.port}:{api.port}" in server["ports"]
+    # published ports answer on this host only
+    for name, svc in services.items():
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
     assert _env(services["dask-worker"]) == worker, "Dask workers must see the same database and API"
 
 
