@@ -126,3 +126,38 @@ def test_a_stored_file_replaced_by_a_fifo_is_reported_not_waited_on(folder, sett
     assert status is RunStatus.FAILED
     assert [(e.uri.rsplit("/", 1)[-1], e.stage) for e in stats.errors] == [("1-walruses.md", "load")]
     assert "not a regular file" in stats.errors[0].message
+
+
+def test_a_fresh_process_starting_batches_in_parallel_threads_loads_the_tokenizers_once(
+    tmp_path, settings, database_url
+):
+    """The first tokenizer load happens inside two batch threads at once, as under Prefect's thread runner
+    (transformers' lazy import is not thread-safe: 'cannot import name AutoTokenizer' without the lock)."""
+    import subprocess
+    import sys
+
+    for i in range(4):
+        (tmp_path / f"{i}.md").write_text(f"# Note {i}\n\n" + "Pelicans glide over the bay. " * 200)
+    script = f"""
+import sys, threading
+from pipeline.config import Profile, Settings
+from pipeline.model import RunKind
+from pipeline.run import Run
+from pipeline import stages
+settings = Settings(database_url={database_url!r})
+paths = sorted(str(p) for p in __import__("pathlib").Path({str(tmp_path)!r}).glob("*.md"))
+with Run.begin(settings=settings, collection="race", profile=Profile(), kind=RunKind.INGEST) as run:
+    out = [None, None]
+    def batch(k):
+        out[k] = stages.ingest_batch(run.ctx, paths[k::2])
+    threads = [threading.Thread(target=batch, args=(k,)) for k in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for s in out:
+        run.add(s)
+    result = run.finish()
+print(result.status, len(result.stats.errors), [e.message for e in result.stats.errors])
+"""
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split()[:2] == ["completed", "0"], res.stdout
