@@ -161,3 +161,11 @@ print(result.status, len(result.stats.errors), [e.message for e in result.stats.
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split()[:2] == ["completed", "0"], res.stdout
+
+
+def test_status_shows_a_run_whose_process_died_as_crashed(settings, conn):
+    with Run.begin(settings=settings, collection="live", profile=Profile(), kind=RunKind.INGEST) as run:
+        assert [r["status"] for r in store.status(conn)["runs"]] == ["running"]  # its lock is held
+        run.conn.close()  # what a SIGKILL does: the connection, and with it the lock, is gone
+        assert [r["status"] for r in store.status(conn)["runs"]] == ["crashed"]
+        run.status = RunStatus.CRASHED  # nothing left to record

@@ -139,7 +139,16 @@ def status(conn: psycopg.Connection, *, runs: int = 5) -> dict:
            FROM collections c ORDER BY c.name"""
     ).fetchall()
     last = conn.execute(
-        """SELECT r.id, c.name, r.kind, r.status, r.started_at, r.finished_at, r.counts, r.timings
+        # A 'running' row whose collection lock nobody holds belongs to a process that died (SIGKILL,
+        # power loss): shown as crashed now, written so by the next run on that collection.
+        """SELECT r.id, c.name, r.kind,
+                  CASE WHEN r.status = 'running' AND NOT EXISTS (
+                           SELECT 1 FROM pg_locks l
+                           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                             AND l.classid = hashtext('chunkyard:collection')::oid
+                             AND l.objid = r.collection_id::oid)
+                       THEN 'crashed' ELSE r.status END,
+                  r.started_at, r.finished_at, r.counts, r.timings
            FROM runs r LEFT JOIN collections c ON c.id = r.collection_id ORDER BY r.id DESC LIMIT %s""",
         (runs,),
     ).fetchall()
