@@ -19,6 +19,15 @@ Unit = Literal["cl100k_base", "o200k_base", "model", "chars", "words"]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
+#: Embedding backends and the tag their vectors carry in the embedding key (torch: the model's own vectors).
+BACKEND_TAGS = {"torch": "", "openvino": "openvino-int8", "onnx": "onnx-fp32"}
+
+
+def base_model(key: str) -> str:
+    """The model of an embedding key (`MODEL@openvino-int8` -> `MODEL`); a plain model name as it is."""
+    name, sep, tag = key.rpartition("@")
+    return name if sep and tag and tag in BACKEND_TAGS.values() else key
+
 
 class Settings(BaseSettings):
     """Process-wide settings; every field can be set as CHUNKYARD_<NAME>."""
@@ -34,6 +43,10 @@ class Settings(BaseSettings):
     )
     model: str = Field(default=DEFAULT_MODEL, description="sentence-transformers model name or path.")
     device: str | None = Field(default=None, description="torch device for embedding; None = auto.")
+    embed_backend: Literal["auto", "torch", "openvino", "onnx"] = Field(
+        default="auto",
+        description="auto: torch on a GPU, else OpenVINO int8 when the `fast` extra is installed, else torch.",
+    )
     embed_batch_size: int = Field(default=64, ge=1)
     files_per_batch: int = Field(default=32, ge=1, description="Files per flow task.")
     dask_address: str | None = Field(

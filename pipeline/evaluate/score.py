@@ -30,11 +30,9 @@ Mode = Literal["vector", "fulltext", "hybrid", "rrf"]
 
 def embed_questions(questions: Sequence[Question], settings: Settings) -> np.ndarray:
     """Question vectors, embedded afresh with the collection's model."""
-    from pipeline.embed import get_embedder
+    from pipeline.embed import embedder_for
 
-    return get_embedder(settings.model, settings.device, settings.embed_batch_size).encode(
-        [q.text for q in questions]
-    )
+    return embedder_for(settings).encode([q.text for q in questions])
 
 
 def evaluate_index(

@@ -1,0 +1,131 @@
+"""Run an exported model (OpenVINO int8 or ONNX) with the `tokenizers` library: no torch, no transformers.
+
+Loading it takes a fraction of a second, so `chunkyard search` embeds a question without importing torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.tokens import MODEL_SPECIAL_TOKENS, model_max_tokens, model_path
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(model: str) -> Any:
+    """The model's fast tokenizer from its tokenizer.json, truncating where the model would."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(Path(model_path(model)) / "tokenizer.json"))
+    tok.no_padding()
+    tok.enable_truncation(max_length=model_max_tokens(model) + MODEL_SPECIAL_TOKENS)
+    return tok
+
+
+def pad(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids and attention mask of a batch, right-padded with zeros to its longest member."""
+    width = max(len(e.ids) for e in encodings)
+    ids = np.zeros((len(encodings), width), dtype=np.int64)
+    mask = np.zeros((len(encodings), width), dtype=np.int64)
+    for row, e in enumerate(encodings):
+        ids[row, : len(e.ids)] = e.ids
+        mask[row, : len(e.ids)] = 1
+    return ids, mask
+
+
+#: Runs batches of (ids, mask) and calls back (batch number, vectors) for each as it finishes.
+Runner = Callable[[Sequence[tuple[np.ndarray, np.ndarray]], Callable[[int, np.ndarray], None]], None]
+
+
+class ExportedEmbedder:
+    """An exported model behind the same `encode` as the torch one: batches of similar length, unit vectors."""
+
+    def __init__(self, name: str, model: str, run: Runner, *, dim: int, batch_size: int) -> None:
+        self.name, self.dim, self.batch_size = name, dim, batch_size
+        self._tok = load_tokenizer(model)
+        self._run = run
+
+    def encode(self, texts: Sequence[str], *, progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """Unit-norm float32 embeddings; texts sorted by token count so each batch pads little."""
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        enc = self._tok.encode_batch(list(texts))
+        order = sorted(range(len(texts)), key=lambda i: -len(enc[i].ids))
+        groups = [order[k : k + self.batch_size] for k in range(0, len(order), self.batch_size)]
+        window = 8  # batches handed to the runner at once: progress moves while a long list is embedded
+        for w in range(0, len(groups), window):
+            part = groups[w : w + window]
+
+            def done(n: int, vecs: np.ndarray, part: list[list[int]] = part) -> None:
+                out[part[n]] = vecs
+
+            self._run([pad([enc[i] for i in idx]) for idx in part], done)
+            if progress:
+                progress(sum(len(idx) for idx in part))
+        return out
+
+
+def openvino_runner(folder: Path) -> Runner:
+    """OpenVINO, throughput hint: one stream per core, batches in flight on all of them at once (measured
+    faster on 2 cores than one stream on both, bench/throughput.py); the compiled blob is cached."""
+    import openvino as ov
+
+    core = ov.Core()
+    core.set_property({"CACHE_DIR": str(folder / "compiled")})
+    compiled = core.compile_model(folder / "model.xml", "CPU", {"PERFORMANCE_HINT": "THROUGHPUT"})
+    jobs = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+
+    def run(
+        batches: Sequence[tuple[np.ndarray, np.ndarray]], done: Callable[[int, np.ndarray], None]
+    ) -> None:
+        if len(batches) == 1:  # a question: no queue to set up
+            req = compiled.create_infer_request()
+            req.infer({"input_ids": batches[0][0], "attention_mask": batches[0][1]})
+            done(0, np.array(req.get_output_tensor(0).data, dtype=np.float32))
+            return
+        queue = ov.AsyncInferQueue(compiled, jobs)  # per call: flow tasks may encode from several threads
+        queue.set_callback(lambda req, n: done(n, np.array(req.get_output_tensor(0).data, dtype=np.float32)))
+        for n, (ids, mask) in enumerate(batches):
+            queue.start_async({"input_ids": ids, "attention_mask": mask}, userdata=n)
+        queue.wait_all()
+
+    return run
+
+
+def onnx_runner(folder: Path) -> Runner:
+    """An ONNX Runtime session on the CPU with every graph optimisation, batches one after another."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = os.cpu_count() or 1
+    sess = ort.InferenceSession(str(folder / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+
+    def run(
+        batches: Sequence[tuple[np.ndarray, np.ndarray]], done: Callable[[int, np.ndarray], None]
+    ) -> None:
+        for n, (ids, mask) in enumerate(batches):
+            vecs = sess.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+            done(n, vecs.astype(np.float32, copy=False))
+
+    return run
+
+
+def load_exported(model: str, backend: str, *, cache_dir: Path, batch_size: int) -> ExportedEmbedder:
+    """The exported model for a backend, exported first from the local weights if it is not there yet."""
+    from pipeline.embed import embedding_key, model_dim
+    from pipeline.embed_export import ensure_exported, export_dir, is_current
+
+    folder = export_dir(model, backend, cache_dir)
+    if not is_current(folder, model):
+        folder = ensure_exported(model, backend, cache_dir)
+    run = (openvino_runner if backend == "openvino" else onnx_runner)(folder)
+    return ExportedEmbedder(
+        embedding_key(model, backend), model, run, dim=model_dim(model), batch_size=batch_size
+    )

@@ -1,0 +1,149 @@
+"""Embedding backends: keys, export once from local weights, vectors close to torch's, cache separation.
+
+A tiny BERT (random weights, the real tokenizer, 384 dimensions) makes export and quantisation take seconds;
+one slow test checks the shipped all-MiniLM-L6-v2 (exported once per machine into the data directory).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.config import DEFAULT_MODEL, Settings, base_model
+from pipeline.embed import (
+    Embedder,
+    embedding_key,
+    get_embedder,
+    key_for,
+    resolve_backend,
+    split_key,
+)
+from pipeline.errors import ConfigError
+from pipeline.ingest import run_ingest
+from pipeline.tokens import model_path
+
+TEXTS = [
+    "how do I rotate the API keys?",
+    "Postgres stores the chunks, their offsets and their embeddings in one table. " * 6,
+    "short",
+]
+
+
+def test_keys_round_trip_and_resolve_to_the_model():
+    assert embedding_key(DEFAULT_MODEL, "torch") == DEFAULT_MODEL
+    key = embedding_key(DEFAULT_MODEL, "openvino")
+    assert key == f"{DEFAULT_MODEL}@openvino-int8"
+    assert split_key(key) == (DEFAULT_MODEL, "openvino")
+    assert split_key(DEFAULT_MODEL) == (DEFAULT_MODEL, "torch")
+    assert embedding_key(key, "onnx") == f"{DEFAULT_MODEL}@onnx-fp32"  # never stacked
+    assert base_model("/models/a@b") == "/models/a@b"  # an unknown tag is part of the name
+    assert model_path(key) == model_path(DEFAULT_MODEL)
+    assert key_for(Settings(embed_backend="torch")) == DEFAULT_MODEL
+    with pytest.raises(ConfigError, match="backend"):
+        embedding_key(DEFAULT_MODEL, "tpu")
+
+
+def test_auto_is_torch_on_a_gpu_device():
+    assert resolve_backend("auto", device="cuda") == "torch"
+    assert resolve_backend("torch") == "torch"
+
+
+# ------------------------------------------------------------------------------------- tiny model
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> str:
+    """A sentence-transformers folder: 1-layer BERT with random weights, the shipped model's tokenizer."""
+    from transformers import BertConfig, BertModel
+
+    src = Path(model_path(DEFAULT_MODEL))
+    dst = tmp_path_factory.mktemp("tiny") / "tiny-bert"
+    cfg = BertConfig(hidden_size=384, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128)
+    BertModel(cfg).save_pretrained(dst)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+                 "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):  # fmt: skip
+        if (src / name).exists():
+            shutil.copy(src / name, dst / name)
+    shutil.copytree(src / "1_Pooling", dst / "1_Pooling")
+    return str(dst)
+
+
+@pytest.fixture(scope="session")
+def models_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.sum(a * b, axis=1)
+
+
+def test_openvino_int8_export_is_close_to_torch_and_made_once(tiny_model, models_cache):
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    from pipeline.embed_export import export_dir
+
+    ov = get_embedder(embedding_key(tiny_model, "openvino"), cache_dir=models_cache)
+    vecs = ov.encode(TEXTS)
+    ref = Embedder(tiny_model).encode(TEXTS)
+    assert vecs.shape == (3, 384) and vecs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-3)
+    assert _cosines(vecs, ref).min() > 0.95  # random weights quantise worse than trained ones
+    folder = export_dir(tiny_model, "openvino", models_cache)
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["tag"] == "openvino-int8" and (folder / "model.xml").exists()
+    assert "FakeQuantize" in (folder / "model.xml").read_text()  # int8: NNCF quantised it
+    stamp = (folder / "meta.json").stat().st_mtime_ns
+    from pipeline.embed_runtime import load_exported
+
+    again = load_exported(tiny_model, "openvino", cache_dir=models_cache, batch_size=2)
+    assert (folder / "meta.json").stat().st_mtime_ns == stamp  # loaded, not exported again
+    assert np.allclose(again.encode(TEXTS), vecs, atol=2e-2)  # other batch size, same vectors
+    assert again.encode([]).shape == (0, 384)
+
+
+def test_onnx_export_matches_torch(tiny_model, models_cache):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    vecs = get_embedder(embedding_key(tiny_model, "onnx"), cache_dir=models_cache).encode(TEXTS)
+    assert _cosines(vecs, Embedder(tiny_model).encode(TEXTS)).min() > 0.9999
+
+
+def test_a_backend_switch_re_embeds_once_and_reuses_only_its_own_vectors(
+    docs, database_url, conn, tiny_model, models_cache, monkeypatch
+):
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    monkeypatch.setenv("CHUNKYARD_DATA_DIR", str(models_cache.parent))
+    monkeypatch.setattr("pipeline.embed.models_dir", lambda: models_cache)
+
+    def ingest(backend: str) -> dict:
+        s = Settings(database_url=database_url, model=tiny_model, embed_backend=backend)
+        return run_ingest([docs], settings=s).stats.counts
+
+    first = ingest("torch")
+    n = first["chunks_embedded"]
+    assert n > 0
+    switched = ingest("openvino")  # another model to the cache: every chunk embedded again, none reused
+    assert switched["chunks_embedded"] == n and switched["chunks_cached"] == 0
+    key = embedding_key(tiny_model, "openvino")
+    assert {m for (m,) in conn.execute("SELECT DISTINCT model FROM chunks")} == {key}
+    assert conn.execute("SELECT model FROM collections").fetchone()[0] == key
+    cached = dict(conn.execute("SELECT model, count(*) FROM embedding_cache GROUP BY model").fetchall())
+    assert cached == {tiny_model: n, key: n}
+    back = ingest("torch")  # torch's own vectors come back from the cache: nothing embedded
+    assert back["chunks_embedded"] == 0 and back["chunks_cached"] == n
+    assert ingest("torch")["documents_unchanged"] == 4
+
+
+@pytest.mark.slow
+def test_shipped_model_int8_is_close_to_torch():
+    """all-MiniLM-L6-v2 through OpenVINO int8 (exported once per machine into CHUNKYARD_DATA_DIR/models)."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    ov = get_embedder(embedding_key(DEFAULT_MODEL, "openvino"))
+    cos = _cosines(ov.encode(TEXTS), get_embedder(DEFAULT_MODEL).encode(TEXTS))
+    assert cos.mean() > 0.99 and cos.min() > 0.98
