@@ -151,6 +151,23 @@ def latencies(url: str, texts: list[str], vecs: np.ndarray, k: int) -> dict[str,
     return out
 
 
+def exactness(url: str, texts: list[str], k: int) -> dict[str, float]:
+    """How many of exact BM25's top k (every match scored) the bounded candidate set finds, on average."""
+    out: dict[str, list[float]] = {"recall_at_k": [], "exact_ms": []}
+    with db.connection(url) as conn:
+        for text in texts:
+            sql_ = "SELECT chunk_id FROM chunkyard_fulltext_search('scale', %s, %s, p_max_candidates => %s)"
+            bounded = {r[0] for r in conn.execute(sql_, (text, k, 1000)).fetchall()}
+            t0 = time.perf_counter()
+            exact = {r[0] for r in conn.execute(sql_, (text, k, 2**31 - 1)).fetchall()}
+            out["exact_ms"].append((time.perf_counter() - t0) * 1000)
+            if exact:
+                out["recall_at_k"].append(len(bounded & exact) / len(exact))
+        conn.commit()
+    return {"k": k, "recall_at_k": round(float(np.mean(out["recall_at_k"])), 3),
+            "exact_p50_ms": round(float(np.percentile(out["exact_ms"], 50)), 1)}  # fmt: skip
+
+
 def sizes(conn: psycopg.Connection) -> dict[str, float]:
     """MB of each table (heap + TOAST) and index the search and writes touch."""
     rows = conn.execute(
@@ -183,6 +200,7 @@ def main() -> None:
     ap.add_argument("--url", help="admin URL of a Postgres with pgvector (default: embedded in --pgdata)")
     ap.add_argument("--pgdata", type=Path, default=Path("/tmp/chunkyard-scale/pg"))
     ap.add_argument("--rebuild", action="store_true", help="drop the N-chunk database and build it again")
+    ap.add_argument("--exactness", action="store_true", help="compare full text with exact BM25 (slow)")
     args = ap.parse_args()
     if args.queries < 50:
         ap.error("--queries: at least 50")
@@ -216,6 +234,9 @@ def main() -> None:
     result["p50_ms"] = {m: round(float(np.percentile(t, 50)), 1) for m, t in lat.items()}
     result["p95_ms"] = {m: round(float(np.percentile(t, 95)), 1) for m, t in lat.items()}
     result["write_rows_per_s"] = result.get("bulk_rows_per_s")
+    if args.exactness:
+        result["fulltext_vs_exact_bm25"] = exactness(url, texts, 50)
+        print(f"full text vs exact BM25: {result['fulltext_vs_exact_bm25']}", file=sys.stderr)
     report(result, json.loads(args.baseline.read_text()) if args.baseline else None)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
