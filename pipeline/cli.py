@@ -8,14 +8,16 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from pipeline import console
-from pipeline.config import Profile, Settings, load_profile, strategy_profile
 from pipeline.console import err, out
 from pipeline.errors import ChunkyardError, ConfigError
+
+if TYPE_CHECKING:  # pydantic-settings and the profile models load on use: `--help` needs neither
+    from pipeline.config import Profile, Settings
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Document ingestion into Postgres + pgvector."
@@ -29,7 +31,15 @@ EXIT_OK, EXIT_FAILED_FILES, EXIT_ERROR = 0, 1, 2
 BATCH_BYTES = 256 * 1024
 
 
+def _settings() -> Settings:
+    from pipeline.config import Settings
+
+    return Settings()
+
+
 def _profile(profile: Path | None, strategy: str | None, params: list[str] | None) -> Profile:
+    from pipeline.config import load_profile, strategy_profile
+
     if strategy:
         kv = {}
         for item in params or []:
@@ -285,7 +295,7 @@ def serve(
                 "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
             ) from exc
     prof = _profile(profile, strategy, param) if (profile or strategy) else None
-    s = Settings()
+    s = _settings()
     runner = None
     if workers or dask_address or s.dask_workers or s.dask_address:
         runner = task_runner(workers=workers or s.dask_workers, address=dask_address or s.dask_address)
@@ -317,7 +327,7 @@ def search(
 
     found = run_search(
         query,
-        settings=Settings(),
+        settings=_settings(),
         collection=collection,
         k=k,
         mode=mode,
@@ -359,7 +369,7 @@ def chunk(
     from pipeline.stages import preview_chunks
 
     doc, chunker_line, found = preview_chunks(
-        file, _profile(profile, strategy, param), model=Settings().model
+        file, _profile(profile, strategy, param), model=_settings().model
     )
     rows = [
         {
@@ -436,7 +446,7 @@ def eval_(
     if not configs:
         configs = [ev.parse_config("default", doc_type=as_type, section_tokens=section_tokens)]
     doc = ev.run_eval(
-        corpora, questions, configs, k=k, modes=modes, settings=Settings(),
+        corpora, questions, configs, k=k, modes=modes, settings=_settings(),
         progress=lambda m: err.print(f"[dim]{m}[/]", highlight=False),
     )  # fmt: skip
     js, png = ev.write_outputs(doc, output)
@@ -482,7 +492,7 @@ def db_stop() -> None:
     """Stop the embedded server."""
     from pipeline import db
 
-    s = Settings()
+    s = _settings()
     if s.database_url:
         raise ConfigError(
             "CHUNKYARD_DATABASE_URL is set: that server is not chunkyard's to stop; "

@@ -102,6 +102,26 @@ def embedder_for(settings: Settings) -> Encoder:
     return get_embedder(key_for(settings), settings.device, settings.embed_batch_size)
 
 
+def query_embedder(stored_key: str, settings: Settings) -> Encoder:
+    """The embedder for a question to a collection: the one its vectors came from (its stored key), or
+    this machine's backend for the same model where that one is not installed (vectors within ~0.99)."""
+    model, backend = split_key(stored_key)
+    if not installed(backend):
+        backend = resolve_backend(settings.embed_backend, device=settings.device)
+    return get_embedder(embedding_key(model, backend), settings.device, settings.embed_batch_size)
+
+
+def prefetch(settings: Settings) -> None:
+    """Load an exported model in the background (a search overlaps it with its database round trips)."""
+    model, backend = split_key(key_for(settings))
+    if backend == "torch":
+        return  # torch's start-up is what the exported backends avoid; nothing worth racing
+    from pipeline.embed_export import export_dir, is_current
+
+    if is_current(export_dir(model, backend, models_dir()), model):  # never an export in the background
+        threading.Thread(target=embedder_for, args=(settings,), daemon=True).start()
+
+
 def models_dir() -> Path:
     """Where exported models are kept: CHUNKYARD_DATA_DIR/models (next to the embedded Postgres)."""
     from pipeline.config import Settings

@@ -20,14 +20,18 @@ def search(
     """Top-k chunks of a collection for a question (the model is loaded only when vectors are needed)."""
     if mode not in SEARCH_MODES:
         raise ConfigError(f"--mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
+    if mode != "fulltext":
+        from pipeline.embed import prefetch
+
+        prefetch(settings)  # the model loads while the database answers
     with db.connection(db.database_url(settings)) as conn:
-        if store.get_collection(conn, collection) is None:
+        if (coll := store.get_collection(conn, collection)) is None:
             raise ConfigError(
                 f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first"
             )
         vec = None
         if mode != "fulltext":
-            from pipeline.embed import embedder_for  # the run's backend: OpenVINO needs no torch
+            from pipeline.embed import query_embedder  # the collection's backend: OpenVINO needs no torch
 
-            vec = embedder_for(settings).encode([query])[0]
+            vec = query_embedder(coll.model, settings).encode([query])[0]
         return store.search(conn, collection, vec, k=k, query_text=query, mode=mode, with_parent=with_parent)

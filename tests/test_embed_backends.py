@@ -74,7 +74,8 @@ def tiny_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def models_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("models")
+    """CHUNKYARD_DATA_DIR/models of a throwaway data directory: the tests' exports go there."""
+    return tmp_path_factory.mktemp("data") / "models"
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -118,7 +119,6 @@ def test_a_backend_switch_re_embeds_once_and_reuses_only_its_own_vectors(
     pytest.importorskip("openvino")
     pytest.importorskip("nncf")
     monkeypatch.setenv("CHUNKYARD_DATA_DIR", str(models_cache.parent))
-    monkeypatch.setattr("pipeline.embed.models_dir", lambda: models_cache)
 
     def ingest(backend: str) -> dict:
         s = Settings(database_url=database_url, model=tiny_model, embed_backend=backend)
@@ -147,3 +147,55 @@ def test_shipped_model_int8_is_close_to_torch():
     ov = get_embedder(embedding_key(DEFAULT_MODEL, "openvino"))
     cos = _cosines(ov.encode(TEXTS), get_embedder(DEFAULT_MODEL).encode(TEXTS))
     assert cos.mean() > 0.99 and cos.min() > 0.98
+
+
+# ---------------------------------------------------------------------------------- start-up, lazily
+
+_CLI = """
+import sys
+from pipeline.cli import main
+sys.argv = ["chunkyard", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as e:
+    assert e.code in (0, None), e.code
+heavy = sorted(m for m in ("torch", "transformers", "sentence_transformers", "prefect") if m in sys.modules)
+print("HEAVY:", ",".join(heavy) or "none")
+"""
+
+
+def _cli(*args: str, env: dict | None = None) -> str:
+    """Run the CLI in a fresh interpreter; its output ends with the heavy modules it imported."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _CLI, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_importing_the_cli_loads_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = "import sys, pipeline.cli; print(sorted(m for m in ('torch', 'pydantic_settings', 'psycopg', "
+    code += "'prefect', 'transformers', 'openvino', 'numpy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    assert _cli("--help").rstrip().endswith("HEAVY: none")
+
+
+def test_search_imports_no_torch(docs, database_url, tiny_model, models_cache, monkeypatch):
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    env = {"CHUNKYARD_DATA_DIR": str(models_cache.parent), "CHUNKYARD_MODEL": tiny_model,
+           "CHUNKYARD_EMBED_BACKEND": "openvino", "CHUNKYARD_DATABASE_URL": database_url}  # fmt: skip
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    run_ingest([docs], settings=Settings())  # exports the tiny model (once per session) and embeds
+    fulltext = _cli("search", "rotate API keys", "-k", "1", "--mode", "fulltext", env=env)
+    assert "operations.html" in fulltext and fulltext.rstrip().endswith("HEAVY: none")
+    vector = _cli("search", "rotate API keys", "-k", "2", env=env)  # hybrid: embeds the question
+    assert "operations.html" in vector and vector.rstrip().endswith("HEAVY: none")
