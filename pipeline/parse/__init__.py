@@ -84,9 +84,7 @@ def is_binary(doc_type: str) -> bool:
     return entry is not None and entry.binary
 
 
-def parse(
-    doc_type: str, content: str | bytes, *, language: str | None = None, filename: str = ""
-) -> Parsed:
+def parse(doc_type: str, content: str | bytes, *, language: str | None = None, filename: str = "") -> Parsed:
     """Parse cleaned text (or a binary type's bytes) with the type's parser; ValueError names an unknown type."""
     entry = _PARSERS.get(doc_type)
     if entry is None:
