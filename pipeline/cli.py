@@ -24,6 +24,8 @@ app = typer.Typer(
 )
 db_app = typer.Typer(no_args_is_help=True, help="The database: migrate, start, stop, url.")
 app.add_typer(db_app, name="db")
+server_app = typer.Typer(no_args_is_help=True, help="The local Prefect server: start, stop, url.")
+app.add_typer(server_app, name="server")
 
 EXIT_OK, EXIT_FAILED_FILES, EXIT_ERROR = 0, 1, 2
 
@@ -106,6 +108,9 @@ def _flow(name: str, params: dict, *, workers: int = 0, dask_address: str | None
 
     def call(bars: console.Bars) -> dict:
         from flows import quiet_console
+        from flows.server import preset_api_url
+
+        preset_api_url()  # the local server, if one runs: set before Prefect is imported (it reads it once)
         from flows.run import run_flow
 
         _preflight(params.get("collection") if name in ("reindex", "prune") else None)
@@ -499,6 +504,36 @@ def db_stop() -> None:
             "unset it to stop the embedded server"
         )
     out.print("stopped" if db.stop_embedded(s.pgdata) else "not running")
+
+
+# ------------------------------------------------------------------------------------------ server
+
+
+@server_app.command("start")
+def server_start(port: Annotated[int | None, typer.Option(help="Port; default: a free one.")] = None) -> None:
+    """Start a local Prefect server and leave it running: flow-backed commands use it (no server per call)."""
+    from flows.server import start
+
+    out.print(start(_settings().data_dir, port=port), highlight=False, soft_wrap=True)
+
+
+@server_app.command("stop")
+def server_stop() -> None:
+    """Stop the local Prefect server; commands go back to a temporary server each."""
+    from flows.server import stop
+
+    out.print("stopped" if stop(_settings().data_dir) else "not running")
+
+
+@server_app.command("url")
+def server_url() -> None:
+    """Print the local Prefect server's API URL (exit 1 when none runs), e.g. for PREFECT_API_URL."""
+    from flows.server import live_url
+
+    url = live_url(_settings().data_dir)
+    out.print(url or "not running", highlight=False, soft_wrap=True)
+    if url is None:
+        raise typer.Exit(EXIT_FAILED_FILES)
 
 
 # ---------------------------------------------------------------------------------------- entry
