@@ -1,4 +1,4 @@
-"""A local Prefect server that outlives one command (`chunkyard server start`), as `db start` does for Postgres.
+"""A local Prefect server that outlives a command (`chunkyard server start`), as `db start` does for Postgres.
 
 Its state (Prefect's SQLite database, the log) lives in CHUNKYARD_DATA_DIR/prefect, and `server.json` there
 says which process serves which URL. While it answers, every flow-backed command runs its flows against it

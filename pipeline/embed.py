@@ -77,7 +77,7 @@ def cuda_present() -> bool:
 
 
 def resolve_backend(backend: str = "auto", *, device: str | None = None) -> str:
-    """The backend to run: `auto` is torch on a GPU, else OpenVINO int8 when installed (measured 2x faster)."""
+    """The backend to run: `auto` is torch on a GPU, else OpenVINO int8 when installed (measured faster)."""
     if backend == "auto":
         if (device and not device.startswith("cpu")) or (device is None and cuda_present()):
             return "torch"

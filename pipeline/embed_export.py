@@ -45,7 +45,7 @@ def pooling(model: str) -> tuple[str, bool]:
 
 
 def calibration_texts(n: int = CALIBRATION_SIZE) -> list[str]:
-    """Real English prose shipped with Python: paragraphs of the language reference and some first sentences."""
+    """Real English prose shipped with Python: paragraphs of the language reference, some first sentences."""
     import pydoc_data.topics as topics
 
     paras = [

@@ -43,7 +43,7 @@ Runner = Callable[[Sequence[tuple[np.ndarray, np.ndarray]], Callable[[int, np.nd
 
 
 class ExportedEmbedder:
-    """An exported model behind the same `encode` as the torch one: batches of similar length, unit vectors."""
+    """An exported model behind the torch one's `encode`: batches of similar length, unit vectors."""
 
     def __init__(self, name: str, model: str, run: Runner, *, dim: int, batch_size: int) -> None:
         self.name, self.dim, self.batch_size = name, dim, batch_size

@@ -64,8 +64,14 @@ def tiny_model(tmp_path_factory) -> str:
     dst = tmp_path_factory.mktemp("tiny") / "tiny-bert"
     cfg = BertConfig(hidden_size=384, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128)
     BertModel(cfg).save_pretrained(dst)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
-                 "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):  # fmt: skip
+    names = (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+        "special_tokens_map.json",
+        "modules.json",
+    )
+    for name in (*names, "sentence_bert_config.json", "config_sentence_transformers.json"):
         if (src / name).exists():
             shutil.copy(src / name, dst / name)
     shutil.copytree(src / "1_Pooling", dst / "1_Pooling")
