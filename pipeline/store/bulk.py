@@ -150,10 +150,14 @@ def copy_chunks(
 
 def bulk_load_pays(conn: psycopg.Connection, expected_chunks: int) -> bool:
     """Whether dropping the search indexes and building them after the load is cheaper than keeping them:
-    when the load at least doubles the chunk table (building is several times faster than inserting)."""
-    stored = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = 'chunks'").fetchone()
+    when the load at least doubles the chunk table (building is several times faster than inserting), and
+    this role owns the table (a writer role may write rows, not drop indexes)."""
+    row = conn.execute(
+        """SELECT reltuples::bigint, pg_has_role(current_user, relowner, 'USAGE')
+           FROM pg_class WHERE oid = to_regclass('chunks')"""
+    ).fetchone()
     conn.commit()
-    return expected_chunks >= max(10_000, max(stored[0] if stored else 0, 0))
+    return bool(row and row[1] and expected_chunks >= max(10_000, row[0]))
 
 
 def bulk_mode(conn: psycopg.Connection) -> bool:
@@ -172,6 +176,12 @@ def drop_search_indexes(conn: psycopg.Connection) -> None:
 
 def ensure_search_indexes(conn: psycopg.Connection, *, maintenance_work_mem: str = "1GB") -> list[str]:
     """Build the search indexes that are missing (after a bulk load, or one that crashed); returns their names."""
+    owner = conn.execute(
+        "SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class WHERE oid = 'chunks'::regclass"
+    )
+    if not owner.fetchone()[0]:
+        conn.commit()
+        return []  # only the table's owner can build them; the owner's next run does
     missing = [
         n for n in SEARCH_INDEXES if conn.execute("SELECT to_regclass(%s) IS NULL", (n,)).fetchone()[0]
     ]

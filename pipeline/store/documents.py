@@ -7,7 +7,6 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import psycopg
-from psycopg.types.json import Jsonb
 
 from pipeline.errors import ConcurrentUpdate
 from pipeline.model import (
@@ -16,10 +15,9 @@ from pipeline.model import (
     SectionPlan,
     StoredDocument,
     StoredSection,
-    embed_hash,
     section_hash,
-    sha256,
 )
+from pipeline.store.bulk import copy_chunks
 
 #: The dimension of chunks.embedding in the schema.
 SCHEMA_DIM = 384
@@ -205,21 +203,8 @@ def write_document(
                    WHERE s.id = u.id AND s.parent_id IS DISTINCT FROM u.parent""",
                 ([p[0] for p in pairs], [p[1] for p in pairs]),
             )
-        if new_chunks:
-            with conn.cursor().copy(
-                """COPY chunks (section_id, document_id, collection_id, ordinal, text, context, content_hash,
-                                embed_hash, char_start, char_end, token_count, metadata, model, embedding)
-                   FROM STDIN WITH (FORMAT BINARY)"""
-            ) as cp:
-                cp.set_types(["int8", "int8", "int8", "int4", "text", "text", "text", "text", "int4", "int4",
-                              "int4", "jsonb", "text", "vector"])  # fmt: skip
-                for i, chunks in new_chunks.items():
-                    for k, ch in enumerate(chunks):
-                        h = embed_hash(ch.embed_text)
-                        cp.write_row([
-                            ids[i], doc_id, collection_id, k, ch.text, ch.context, sha256(ch.text), h,
-                            ch.start, ch.end, ch.token_count, Jsonb(ch.metadata), model, vectors[h],
-                        ])  # fmt: skip
+        rows = [(ids[i], doc_id, k, ch) for i, chunks in new_chunks.items() for k, ch in enumerate(chunks)]
+        copy_chunks(conn, rows, collection_id=collection_id, vectors=vectors, model=model)
     return doc_id
 
 
