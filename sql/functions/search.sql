@@ -86,7 +86,7 @@ RETURN '''' || replace(replace(p_lexeme, '\', '\\'), '''', '''''') || '''';
 
 -- Which chunks BM25 scores: a tsquery over the query's lexemes (rarest first, with their IDF and document
 -- frequency). When all their matches are at most p_budget chunks, any of the words (exact BM25). Otherwise
--- a weighted quorum over the (up to) 8 rarest words: a chunk must hold words whose IDF adds up to a
+-- a weighted quorum over the (up to) 6 rarest words: a chunk must hold words whose IDF adds up to a
 -- threshold, the lowest one whose expected number of matches (words taken as independent) fits the budget,
 -- and one that no chunk reaches without one of the rarest words (MaxScore's essential lists), so the index
 -- scan costs about the posting lists of those words, not of the frequent ones, however large the collection.
@@ -100,7 +100,7 @@ AS $$
     WITH t AS (
         SELECT u.i, u.w, u.idf, least(greatest(u.df / p_n, 1e-9), 1 - 1e-9) AS p
         FROM unnest(p_terms, p_idf, p_df) WITH ORDINALITY AS u(w, idf, df, i)
-        WHERE u.i <= 8
+        WHERE u.i <= 6
     ),
     masks AS (
         SELECT m.m, sum(t.idf) FILTER (WHERE m.m & (1 << (t.i - 1)::int) <> 0) AS mass,
@@ -114,11 +114,11 @@ AS $$
         FROM masks
     ),
     required AS (
-        -- the rarest words whose posting lists add up to at most 20 budgets (the rarest one at least): every
+        -- the rarest words whose posting lists add up to at most 10 budgets (the rarest one at least): every
         -- candidate must hold one of them, so the GIN scan reads those lists and only skips through the rest
         SELECT coalesce(sum(t.idf) FILTER (WHERE t.i > greatest(1, (
                    SELECT count(*) FROM (SELECT sum(t2.p) OVER (ORDER BY t2.i) * p_n AS cum FROM t t2) c
-                   WHERE c.cum <= 20.0 * p_budget))), 0) AS rest_mass
+                   WHERE c.cum <= 10.0 * p_budget))), 0) AS rest_mass
         FROM t
     ),
     threshold AS (
