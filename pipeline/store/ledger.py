@@ -103,7 +103,9 @@ def refresh_fts_stats(conn: psycopg.Connection, collection_id: int) -> None:
     """End of a run's writes: search indexes a bulk load dropped are built again, and BM25 statistics
     counted if a collection has none (triggers on chunks keep them current; `recount_fts_stats` repairs)."""
     ensure_search_indexes(conn)
-    missing = conn.execute("SELECT fts_chunks IS NULL FROM collections WHERE id = %s", (collection_id,)).fetchone()
+    missing = conn.execute(
+        "SELECT fts_chunks IS NULL FROM collections WHERE id = %s", (collection_id,)
+    ).fetchone()
     conn.commit()
     if missing and missing[0]:
         recount_fts_stats(conn, collection_id)
