@@ -29,3 +29,33 @@ def quiet_console() -> None:
     for h in logging.getLogger("prefect").handlers:
         if not type(h).__name__.startswith("APILog"):
             h.setLevel(logging.CRITICAL)
+
+
+#: Set in a process about to start Prefect's temporary server: the server inherits it, so a later
+#: command can tell a server whose owner died (SIGKILL) from any other and stop it.
+OWNER_VAR = "CHUNKYARD_TEMP_SERVER_OWNER"
+_SERVER_APP = "prefect.server.api.server:create_app"
+
+
+def own_temporary_server() -> None:
+    """Mark Prefect servers this process starts as ours, and stop those left by dead chunkyard commands."""
+    os.environ[OWNER_VAR] = str(os.getpid())
+    reap_orphaned_servers()
+
+
+def reap_orphaned_servers() -> int:
+    """SIGTERM temporary Prefect servers whose chunkyard command is gone; how many were stopped."""
+    import psutil
+
+    stopped = 0
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if _SERVER_APP not in " ".join(proc.info["cmdline"] or []):
+                continue
+            owner = proc.environ().get(OWNER_VAR)
+            if owner and owner.isdigit() and not psutil.pid_exists(int(owner)):
+                proc.terminate()
+                stopped += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return stopped

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from flows import own_temporary_server
 from flows.common import outcome
 from flows.runners import task_runner
 from flows.server import live_url
@@ -53,6 +54,8 @@ def run_flow(
             "set PREFECT_API_URL to a Prefect server they can reach to see their task runs",
             address,
         )
+    if api is None and not os.environ.get("PREFECT_API_URL"):
+        own_temporary_server()  # a temporary server will start: mark it ours, stop orphans of killed commands
     flow = get_flow(name)
     if workers or address:
         flow = flow.with_options(task_runner=task_runner(workers=workers, address=address))

@@ -98,3 +98,39 @@ def test_links_that_leave_the_folder_are_reported_not_followed(tmp_path, setting
     stats, _, _ = run_ingest([docs], settings=settings, follow_external_links=True)
     stored = {r[0].rsplit("/", 1)[-1] for r in conn.execute("SELECT source_uri FROM documents")}
     assert stored == {"own.md", "alias.md", "secret.md", "more.md"}
+
+
+def test_a_temporary_prefect_server_left_by_a_killed_command_is_stopped_by_the_next(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    from flows import OWNER_VAR, reap_orphaned_servers
+
+    # a "command" that marks itself the owner and starts a long-lived child that looks like Prefect's server
+    script = (
+        "import os, subprocess, sys, time\n"
+        f"os.environ[{OWNER_VAR!r}] = str(os.getpid())\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)',"
+        " 'prefect.server.api.server:create_app'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    server_pid = int(owner.stdout.readline())
+    assert reap_orphaned_servers() == 0  # its command is alive: not an orphan
+    owner.send_signal(signal.SIGKILL)  # the command dies; its server stays behind
+    owner.wait()
+    assert psutil.pid_exists(server_pid)
+    assert reap_orphaned_servers() == 1
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the orphaned server is still running")
