@@ -1,0 +1,63 @@
+"""Ingest a folder with the embedding model replaced by a hash stand-in; print peak RSS and timings as JSON.
+
+    python bench/_standin.py FOLDER COLLECTION      (bench/throughput.py --only rss runs it per corpus size)
+
+The stand-in returns a unit vector seeded by each text's hash: as fast as memory allows, so what grows with
+the corpus is the pipeline's own memory, not the model's. Its vectors are not the model's: run it only
+against a throwaway CHUNKYARD_DATA_DIR (bench/throughput.py does), never a database with a real cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline import db, stages, store  # noqa: E402
+from pipeline.config import Settings  # noqa: E402
+from pipeline.ingest import run_ingest  # noqa: E402
+
+
+class StandIn:
+    """384-dimensional unit vectors from each text's CRC32: no model, no threads."""
+
+    name, dim = "stand-in", 384
+
+    def encode(self, texts: Sequence[str], *, progress: Callable[[int], None] | None = None) -> np.ndarray:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            v = np.random.default_rng(zlib.crc32(t.encode())).standard_normal(self.dim)
+            out[i] = v / np.linalg.norm(v)
+        if progress:
+            progress(len(texts))
+        return out
+
+
+def main() -> None:
+    folder, collection = Path(sys.argv[1]), sys.argv[2]
+    if "CHUNKYARD_DATABASE_URL" in os.environ:
+        sys.exit("refused: run with a throwaway CHUNKYARD_DATA_DIR, never a real database (its cache)")
+    stages.get_embedder = lambda *a, **k: StandIn()  # the stages' one way to a model
+    settings = Settings(embed_backend="torch")  # key only: the stand-in answers for it
+    t = time.perf_counter()
+    result = run_ingest([folder], settings=settings, collection=collection, prune=False)
+    took = time.perf_counter() - t
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with db.connection(db.database_url(settings)) as conn:
+        store.drop_collection(conn, collection)
+    c = result.stats.counts
+    print(json.dumps({"documents": c["documents_new"], "chunks": c["chunks_written"],
+                      "seconds": round(took, 1), "peak_rss_mib": round(peak_mib)}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
