@@ -140,3 +140,39 @@ def test_bulk_load_builds_indexes_after(docs, settings, conn, monkeypatch):
     # a second run over the same folder finds everything stored unchanged
     result = run_ingest([docs], settings=settings)
     assert result.stats.counts["documents_unchanged"] == 4
+
+
+def test_concurrent_rewrites_of_one_collection_queue_instead_of_deadlocking(many, database_url):
+    """Two transactions that each delete a chunk and insert one (a document rewritten) update the same
+    statistics rows twice; they wait for each other instead of deadlocking, and the counts stay exact."""
+    import threading
+
+    copy = """INSERT INTO chunks (section_id, document_id, collection_id, ordinal, text, content_hash, embed_hash,
+                                  char_start, char_end, token_count, model, embedding)
+              SELECT section_id, document_id, collection_id, ordinal + 1000, text, content_hash, embed_hash,
+                     char_start, char_end, token_count, model, embedding FROM chunks WHERE id = %s"""
+    with psycopg.connect(database_url) as a, psycopg.connect(database_url) as b:
+        first, second = (r[0] for r in a.execute("SELECT id FROM chunks ORDER BY id LIMIT 2").fetchall())
+        a.commit()
+        errors: list[BaseException] = []
+
+        def other() -> None:
+            try:
+                b.execute("DELETE FROM chunks WHERE id = %s", (second,))
+                b.execute(copy, (first,))
+                b.commit()
+            except BaseException as exc:  # reported below, in the test's thread
+                errors.append(exc)
+
+        a.execute("DELETE FROM chunks WHERE id = %s", (first,))
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(0.5)
+        a.execute(copy, (second,))
+        a.commit()
+        t.join(30)
+        assert not t.is_alive() and not errors, errors
+    with db.connection(database_url) as conn:
+        kept = _stats(conn)
+        store.recount_fts_stats(conn, store.get_collection(conn, "default").id)
+        assert kept[0] == _stats(conn)[0]
