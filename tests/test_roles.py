@@ -99,6 +99,8 @@ def test_row_level_security_shows_each_tenant_its_collections(two_collections, c
             texts = [r[0] for r in c.execute("SELECT text FROM chunks")]
             assert texts and all(("pelicans" if mine == "a" else "walruses") in t.lower() for t in texts)
             assert c.execute("SELECT count(*) FROM sections").fetchone()[0] >= 1
+            words = {r[0] for r in c.execute("SELECT lexeme FROM fts_terms")}
+            assert ("pelican" in words) == (mine == "a") and ("walrus" in words) == (mine == "b")
             vec = c.execute("SELECT embedding FROM chunks LIMIT 1").fetchone()[0]
             assert (
                 c.execute("SELECT count(*) FROM chunkyard_search(%s, %s, 5)", (theirs, vec)).fetchone()[0]

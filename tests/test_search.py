@@ -172,7 +172,13 @@ def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
             )
             c.commit()
     with psycopg.connect(url) as c:
-        assert db.migrate(c) == ["002_bm25.sql", "003_typed_ledger.sql", "004_fts_terms.sql", "005_roles.sql"]
+        assert db.migrate(c) == [
+            "002_bm25.sql",
+            "003_typed_ledger.sql",
+            "004_fts_terms.sql",
+            "005_roles.sql",
+            "006_rls_fts_terms.sql",
+        ]
         c.commit()
     with db.connection(url) as c:
         assert c.execute("SELECT tsv::text FROM chunks").fetchone()[0] == "'key':2 'rotat':1"
