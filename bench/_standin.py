@@ -42,6 +42,17 @@ class StandIn:
         return out
 
 
+def peak_rss_kib() -> int:
+    """This process's peak RSS: VmHWM (ru_maxrss would carry over the parent's peak from before exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def main() -> None:
     folder, collection = Path(sys.argv[1]), sys.argv[2]
     if "CHUNKYARD_DATABASE_URL" in os.environ:
@@ -51,7 +62,7 @@ def main() -> None:
     t = time.perf_counter()
     result = run_ingest([folder], settings=settings, collection=collection, prune=False)
     took = time.perf_counter() - t
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = peak_rss_kib() / 1024
     with db.connection(db.database_url(settings)) as conn:
         store.drop_collection(conn, collection)
     c = result.stats.counts

@@ -15,7 +15,8 @@ when its first task started after the command was launched (from the server's ow
 rss: peak RSS of an ingest (`--no-prefect`, one process) of 1x, 4x and 16x the Chroma corpora, each copy's
 lines marked so nothing is deduplicated, the model replaced by a hash stand-in (bench/_standin.py), in a
 throwaway data directory and Postgres of its own (the stand-in's vectors never reach a real cache).
-Runs against CHUNKYARD_DATA_DIR (set it to a scratch folder); the embedded Postgres is started there.
+Runs against CHUNKYARD_DATA_DIR (set it to a scratch folder); the embedded Postgres is started there. The
+Chroma data: ../shared/bench/chroma, or CHUNKYARD_CHROMA_BENCH.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CHROMA = ROOT.parent / "shared" / "bench" / "chroma"
+CHROMA = Path(os.environ.get("CHUNKYARD_CHROMA_BENCH", ROOT.parent / "shared" / "bench" / "chroma"))
 _SCRIPT = Path(sys.executable).parent / "chunkyard"
 CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "pipeline.cli"]
 PARTS = ("embed", "recall", "startup", "server", "rss")
@@ -211,6 +212,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="Also write every figure here.")
     a = ap.parse_args()
     parts = a.only or [p for p in PARTS if p != "recall" or a.recall]
+    if not (CHROMA / "corpora").is_dir() and {"embed", "recall", "rss"} & set(parts):
+        sys.exit(f"no Chroma corpora in {CHROMA}: set CHUNKYARD_CHROMA_BENCH to the folder with corpora/")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(f"# chunkyard throughput ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
     found: dict[str, list[dict]] = {}

@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
@@ -118,8 +119,12 @@ def prefetch(settings: Settings) -> None:
         return  # torch's start-up is what the exported backends avoid; nothing worth racing
     from pipeline.embed_export import export_dir, is_current
 
+    def load() -> None:
+        with suppress(Exception):  # the search's own call reports what went wrong
+            embedder_for(settings)
+
     if is_current(export_dir(model, backend, models_dir()), model):  # never an export in the background
-        threading.Thread(target=embedder_for, args=(settings,), daemon=True).start()
+        threading.Thread(target=load, daemon=True).start()
 
 
 def models_dir() -> Path:
