@@ -47,7 +47,7 @@ class ExportedEmbedder:
 
     def __init__(self, name: str, model: str, run: Runner, *, dim: int, batch_size: int) -> None:
         self.name, self.dim, self.batch_size = name, dim, batch_size
-        self._tok = load_tokenizer(model)
+        self._tokenizer = load_tokenizer(model)
         self._run = run
 
     def encode(self, texts: Sequence[str], *, progress: Callable[[int], None] | None = None) -> np.ndarray:
@@ -55,7 +55,7 @@ class ExportedEmbedder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        enc = self._tok.encode_batch(list(texts))
+        enc = self._tokenizer.encode_batch(list(texts))
         order = sorted(range(len(texts)), key=lambda i: -len(enc[i].ids))
         groups = [order[k : k + self.batch_size] for k in range(0, len(order), self.batch_size)]
         window = 8  # batches handed to the runner at once: progress moves while a long list is embedded
