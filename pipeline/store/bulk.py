@@ -33,6 +33,11 @@ class NewDocument:
     chunks: dict[int, list[Chunk]] = field(default_factory=dict)  # section index -> its chunks
 
 
+def document_metadata(doc: Document) -> str:
+    """documents.metadata as JSON: warnings, language, and what the parser adds (pages, OCR pages)."""
+    return json.dumps({"warnings": doc.warnings, "language": doc.language, **doc.metadata})
+
+
 def write_documents(
     conn: psycopg.Connection,
     *,
@@ -65,7 +70,7 @@ def write_documents(
                 [d.chunk_key for d in docs],
                 [d.doc.mime for d in docs],
                 [d.doc.title for d in docs],
-                [json.dumps({"warnings": d.doc.warnings, "language": d.doc.language}) for d in docs],
+                [document_metadata(d.doc) for d in docs],
                 [d.doc.text for d in docs],
             ),
         ).fetchall()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -17,7 +16,7 @@ from pipeline.model import (
     StoredSection,
     section_hash,
 )
-from pipeline.store.bulk import copy_chunks
+from pipeline.store.bulk import copy_chunks, document_metadata
 
 #: The dimension of chunks.embedding in the schema.
 SCHEMA_DIM = 384
@@ -148,7 +147,7 @@ def write_document(
                 chunk_key,
                 doc.mime,
                 doc.title,
-                json.dumps({"warnings": doc.warnings, "language": doc.language, **doc.metadata}),
+                document_metadata(doc),
                 doc.text,
                 run_id,
             ),
