@@ -98,7 +98,7 @@ def ensure_exported(model: str, backend: str, cache_dir: Path) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=folder.parent))
         tmp.chmod(0o755)
         try:
-            (export_openvino if backend == "openvino" else export_onnx)(model, tmp)
+            _export_in_subprocess(model, backend, tmp)
             meta = {"model": model, "backend": backend, "tag": BACKEND_TAGS[backend]}
             meta |= {"version": EXPORT_VERSION, "source": source_stamp(model)}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -108,6 +108,18 @@ def ensure_exported(model: str, backend: str, cache_dir: Path) -> Path:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _export_in_subprocess(model: str, backend: str, dest: Path) -> None:
+    """Export in a child process: torch and NNCF never share a process with the model that then runs
+    (a compiled OpenVINO model destroyed in a process that had run them hung in its stream threads' join)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "pipeline.embed_export", model, backend, str(dest)]
+    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"exporting {model} for {backend} failed (exit {proc.returncode}); see above")
 
 
 def _pooled_module(model: str):
@@ -186,3 +198,10 @@ def export_onnx(model: str, dest: Path) -> None:
             opset_version=17,
             dynamo=False,
         )
+
+
+if __name__ == "__main__":  # python -m pipeline.embed_export MODEL BACKEND DEST (what ensure_exported runs)
+    import sys
+
+    _model, _backend, _dest = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    (export_openvino if _backend == "openvino" else export_onnx)(_model, _dest)
