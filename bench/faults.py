@@ -213,7 +213,7 @@ def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
         return make
 
     def encrypted_pdf(p: Path) -> None:
-        src = Path("/work/shared/bench/pdf/005-libreoffice-writer-password")
+        src = ROOT.parent / "shared" / "bench" / "pdf" / "005-libreoffice-writer-password"
         pdfs = sorted(src.glob("*.pdf")) if src.is_dir() else []
         if pdfs:
             shutil.copyfile(pdfs[0], p)
