@@ -162,11 +162,27 @@ class SectionPlan:
 
 
 @dataclass(frozen=True)
+class EmbeddingSet:
+    """A collection's vectors of one embedding model (a partition of chunk_vectors of its own)."""
+
+    id: int
+    model: str  # embedding key: the model, and the backend tag when not torch
+    dim: int
+    status: str  # building | active | retired
+
+
+@dataclass(frozen=True)
 class Collection:
     id: int
     name: str
     profile: dict
-    model: str
+    model: str  # the model the chunks were sized with (its tokenizer): part of their fingerprints
+    vectors: EmbeddingSet | None = None  # the active set: what search reads and ingest writes
+
+    @property
+    def embed_model(self) -> str:
+        """The model whose vectors search compares a question with."""
+        return self.vectors.model if self.vectors else self.model
 
 
 # ---------------------------------------------------------------------------------------- the ledger
@@ -309,9 +325,11 @@ class RunContext:
     collection_id: int | None  # None: the collection does not exist yet (dry run)
     collection: str
     profile: dict
-    model: str
+    model: str  # the embedding key of the set written (cache key, embedder)
     dry_run: bool = False
     device: str | None = None
     embed_batch_size: int = 64
     model_limit: int | None = None  # eval only: chunks may exceed the model's input (it truncates)
     db_retry_seconds: float = 60.0  # how long a lost database is waited for before the run stops
+    vectors: int | None = None  # the embedding set new chunks' vectors go to (None: a dry run)
+    chunk_model: str | None = None  # the model chunks are sized with, when not `model` (after a model switch)

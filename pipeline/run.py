@@ -20,10 +20,20 @@ from typing import Any, NamedTuple, Protocol
 import psycopg
 
 from pipeline import db, stages, store
-from pipeline.config import Profile, Settings, check_collection_name
+from pipeline.config import Profile, Settings, base_model, check_collection_name
 from pipeline.embed import key_for, model_dim
-from pipeline.errors import DatabaseUnavailable, TransientError
-from pipeline.model import ErrorRecord, NoProgress, Progress, RunContext, RunKind, RunStatus, Stage, Stats
+from pipeline.errors import ConfigError, DatabaseUnavailable, TransientError
+from pipeline.model import (
+    Collection,
+    ErrorRecord,
+    NoProgress,
+    Progress,
+    RunContext,
+    RunKind,
+    RunStatus,
+    Stage,
+    Stats,
+)
 from pipeline.sources import (
     cut_batches,
     discover,
@@ -175,23 +185,23 @@ class Run:
     ) -> Run:
         """Open the ledger row and take the collection's lock (a dry run does neither)."""
         check_collection_name(collection)
-        key = key_for(settings)  # model + backend: another backend's vectors are another model's
         url = db.database_url(settings)
         conn = db.connect(url)
         try:
+            coll = store.get_collection(conn, collection)
+            key = embedding_model(settings, coll)
             if dry_run:
-                coll = store.get_collection(conn, collection)
                 coll_id, run_id = (coll.id if coll else None), None
             else:
-                dim = model_dim(settings.model)
-                coll_id = store.ensure_collection(
-                    conn, collection, profile=profile.as_json(), model=key, dim=dim
-                ).id
+                dim = model_dim(settings.model) if coll is None else 0
+                coll = store.ensure_collection(conn, collection, profile=profile.as_json(), model=key, dim=dim)
+                coll_id = coll.id
                 if not store.lock_collection(conn, coll_id, wait=lock_wait):
                     raise TransientError(
                         f"another run is writing collection {collection!r}; try again when it ends"
                     )
                 run_id = store.start_run(conn, coll_id, kind=kind, params=params or {})
+                store.drop_retired_sets(conn, coll_id)  # those a model switch could not drop at once
         except BaseException:
             conn.close()
             raise
@@ -207,6 +217,8 @@ class Run:
             embed_batch_size=settings.embed_batch_size,
             model_limit=model_limit,
             db_retry_seconds=settings.db_retry_seconds,
+            vectors=coll.vectors.id if coll is not None and coll.vectors else None,
+            chunk_model=coll.model if coll is not None and coll.model != key else None,
         )
         return cls(
             ctx, conn, executor=executor or Serial(), progress=progress or _progress.get() or NoProgress()
@@ -258,7 +270,8 @@ class Run:
         self.progress.add_total("files", len(files))
         todo = self.resume(files)
         if not self.ctx.dry_run and store.bulk_load_pays(self.conn, _expected_chunks(todo)):
-            store.drop_search_indexes(self.conn)  # a large first load: built once in finish()
+            assert self.ctx.vectors is not None
+            store.drop_search_indexes(self.conn, self.ctx.vectors)  # a large first load: built once in finish()
         done = len(files) - len(todo)
         self.progress.advance("files", done)
         for stage in ("load", "normalize", "chunk", "store"):
@@ -351,9 +364,28 @@ class Run:
 
     def _close_ledger(self, conn: psycopg.Connection) -> None:
         """The end of a run in the database: BM25 statistics, the ledger row, the lock released."""
-        store.refresh_fts_stats(conn, self.ctx.collection_id)
+        store.refresh_fts_stats(conn, self.ctx.collection_id, [self.ctx.vectors] if self.ctx.vectors else [])
         self._write_ledger(conn)
         store.unlock_collection(conn, self.ctx.collection_id)
+
+
+def embedding_model(settings: Settings, coll: Collection | None) -> str:
+    """The embedding key a run writes with: a new collection's from the settings (model + backend: another
+    backend's vectors are another model's), an existing one's its active set's. Asking for another model
+    for an existing collection is an error that says how to switch (a reindex with --model)."""
+    key = key_for(settings)
+    if coll is None or coll.vectors is None:
+        return key
+    asked = settings.model_fields_set
+    explicit = "model" in asked or ("embed_backend" in asked and settings.embed_backend != "auto")
+    if explicit and key != coll.vectors.model:
+        raise ConfigError(
+            f"collection {coll.name!r} is embedded with {coll.vectors.model}, and this run asks for {key}; "
+            f"to move it to the new model while search keeps serving the old one, run "
+            f"`chunkyard reindex --collection {coll.name} --model {base_model(key)}`; to keep it, unset "
+            "CHUNKYARD_MODEL / CHUNKYARD_EMBED_BACKEND for this collection"
+        )
+    return coll.vectors.model
 
 
 def _expected_chunks(paths: Sequence[str]) -> int:

@@ -33,5 +33,5 @@ def search(
         if mode != "fulltext":
             from pipeline.embed import query_embedder  # the collection's backend: OpenVINO needs no torch
 
-            vec = query_embedder(coll.model, settings).encode([query])[0]
+            vec = query_embedder(coll.embed_model, settings).encode([query])[0]
         return store.search(conn, collection, vec, k=k, query_text=query, mode=mode, with_parent=with_parent)

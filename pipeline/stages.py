@@ -92,7 +92,9 @@ class Embedded:
 
 def router_for(ctx: RunContext) -> Router:
     """The run's chunkers, built from the profile it carries as JSON."""
-    return Router(Profile.model_validate(ctx.profile), model=ctx.model, model_limit=ctx.model_limit)
+    return Router(
+        Profile.model_validate(ctx.profile), model=ctx.chunk_model or ctx.model, model_limit=ctx.model_limit
+    )
 
 
 def ingest_batch(ctx: RunContext, paths: Sequence[str], progress: Progress | None = None) -> Stats:
@@ -264,12 +266,12 @@ def _write_new_in_bulk(b: Batch, work: Sequence[Work], vectors: dict[str, np.nda
     """During a bulk load (`store.bulk_mode`), the batch's new documents in one transaction; the uris written.
     If that transaction fails, nothing of it stays and each document goes the per-document way."""
     new = [w for w in work if w.is_new and not w.expected]
-    if len(new) < 2 or not store.bulk_mode(b.conn):
+    if len(new) < 2 or b.ctx.vectors is None or not store.bulk_mode(b.conn, b.ctx.vectors):
         return set()
     docs = [store.NewDocument(w.doc, w.chunk_key, w.fingerprints, w.chunks) for w in new]
     try:
         written = store.write_documents(
-            b.conn, collection_id=b.ctx.collection_id, docs=docs, vectors=vectors, model=b.ctx.model,
+            b.conn, collection_id=b.ctx.collection_id, docs=docs, vectors=vectors, set_id=b.ctx.vectors,
             run_id=b.ctx.run_id,
         )  # fmt: skip
     except psycopg.Error:
@@ -289,7 +291,7 @@ def _write(b: Batch, w: Work, vectors: dict[str, np.ndarray]) -> None:
             plan=w.plan,
             new_chunks=w.chunks,
             vectors=vectors,
-            model=b.ctx.model,
+            set_id=b.ctx.vectors,
             run_id=b.ctx.run_id,
             expected_sections=w.expected,
         )

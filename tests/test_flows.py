@@ -61,8 +61,8 @@ def snapshot(conn: psycopg.Connection, collection: str) -> tuple[list[tuple], np
     """A collection's rows by content (no ids), and its embeddings in the same order."""
     rows = conn.execute(
         """SELECT d.source_uri, d.content_hash, d.chunk_key, s.ordinal, s.fingerprint, s.heading_path,
-                  c.ordinal, c.char_start, c.char_end, c.text, c.embed_hash, c.embedding
-           FROM chunks c JOIN sections s ON s.id = c.section_id JOIN documents d ON d.id = c.document_id
+                  c.ordinal, c.char_start, c.char_end, c.text, c.embed_hash, e.embedding
+           FROM chunks c JOIN chunk_embeddings e ON e.chunk_id = c.id JOIN sections s ON s.id = c.section_id JOIN documents d ON d.id = c.document_id
            JOIN collections k ON k.id = c.collection_id
            WHERE k.name = %s ORDER BY d.source_uri, s.ordinal, c.ordinal""",
         (collection,),

@@ -147,7 +147,7 @@ def test_soft_delete_keeps_rows_but_hides_them(corpus, settings, conn):
     c = ingest(corpus, settings, soft_delete=True)
     assert c["documents_deleted"] == 1
     assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 6
-    vec = conn.execute("SELECT embedding FROM chunks LIMIT 1").fetchone()[0]
+    vec = conn.execute("SELECT embedding FROM chunk_embeddings LIMIT 1").fetchone()[0]
     assert store.search(conn, "default", vec, k=3) == []
 
 
@@ -250,8 +250,8 @@ def snapshot(url: str) -> dict:
             ).fetchall(),
             "chunks": c.execute(
                 """SELECT d.source_uri, s.ordinal, c.ordinal, c.text, c.context, c.char_start, c.char_end,
-                          c.embed_hash, c.token_count, c.embedding::text
-                   FROM chunks c JOIN sections s ON s.id = c.section_id JOIN documents d ON d.id = c.document_id
+                          c.embed_hash, c.token_count, e.embedding::text
+                   FROM chunks c JOIN chunk_embeddings e ON e.chunk_id = c.id JOIN sections s ON s.id = c.section_id JOIN documents d ON d.id = c.document_id
                    ORDER BY 1, 2, 3"""
             ).fetchall(),
             "cache": c.execute("SELECT model, text_hash FROM embedding_cache ORDER BY 2").fetchall(),

@@ -65,7 +65,7 @@ def test_a_reader_searches_and_reads_but_cannot_write(two_collections, database_
         hits = c.execute("SELECT text FROM chunkyard_fulltext_search('a', 'pelicans', 3) f "
                          "JOIN chunks k ON k.id = f.chunk_id").fetchall()  # fmt: skip
         assert hits and "pelicans" in hits[0][0]
-        vec = c.execute("SELECT embedding FROM chunks LIMIT 1").fetchone()[0]
+        vec = c.execute("SELECT embedding FROM chunk_embeddings LIMIT 1").fetchone()[0]
         assert c.execute("SELECT count(*) FROM chunkyard_search('a', %s, 3)", (vec,)).fetchone()[0] >= 1
         for stmt in ("DELETE FROM chunks", "UPDATE documents SET title = 'x'", "DROP TABLE chunks",
                      "INSERT INTO collections (name, profile, model, dim) VALUES ('z', '{}', 'm', 384)",
@@ -101,7 +101,7 @@ def test_row_level_security_shows_each_tenant_its_collections(two_collections, c
             assert c.execute("SELECT count(*) FROM sections").fetchone()[0] >= 1
             words = {r[0] for r in c.execute("SELECT lexeme FROM fts_terms")}
             assert ("pelican" in words) == (mine == "a") and ("walrus" in words) == (mine == "b")
-            vec = c.execute("SELECT embedding FROM chunks LIMIT 1").fetchone()[0]
+            vec = c.execute("SELECT embedding FROM chunk_embeddings LIMIT 1").fetchone()[0]
             assert (
                 c.execute("SELECT count(*) FROM chunkyard_search(%s, %s, 5)", (theirs, vec)).fetchone()[0]
                 == 0

@@ -172,13 +172,16 @@ def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
             )
             c.commit()
     with psycopg.connect(url) as c:
-        assert db.migrate(c) == [
+        applied = db.migrate(c)
+        assert applied[:6] == [
             "002_bm25.sql",
             "003_typed_ledger.sql",
             "004_fts_terms.sql",
             "005_roles.sql",
             "006_rls_fts_terms.sql",
+            "007_embedding_sets.sql",
         ]
+        assert applied == [p.name for p in db.migration_files()[1:]]
         c.commit()
     with db.connection(url) as c:
         assert c.execute("SELECT tsv::text FROM chunks").fetchone()[0] == "'key':2 'rotat':1"
@@ -188,5 +191,9 @@ def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
             c, "old", np.full(384, 0.1, dtype=np.float32), k=1, query_text="rotate", mode="hybrid"
         )
         assert [h.text for h in hits] == ["Rotating keys"]
+        # version 7 moved the vectors into the collection's embedding set, indexed for their dimension
+        sets = c.execute("SELECT model, dim, status FROM embedding_sets").fetchall()
+        assert sets == [("m", 384, "active")]
+        assert c.execute("SELECT count(*) FROM chunk_embeddings").fetchone()[0] == 1
     with psycopg.connect(pg_server, autocommit=True) as c:
         c.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))

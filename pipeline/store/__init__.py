@@ -13,7 +13,6 @@ from pipeline.store.bulk import (
     write_documents,
 )
 from pipeline.store.documents import (
-    SCHEMA_DIM,
     as_array,
     cache_lookup,
     cache_store,
@@ -38,12 +37,24 @@ from pipeline.store.ledger import (
     unlock_collection,
 )
 from pipeline.store.reads import SEARCH_MODES, Hit, SearchMode, collection_chunks, collection_texts, search
+from pipeline.store.vectors import (
+    activate_set,
+    cache_coverage,
+    create_set,
+    drop_retired_sets,
+    drop_set,
+    embedding_sets,
+    missing_vectors,
+    set_progress,
+    write_vectors,
+)
 
 __all__ = [
-    "SCHEMA_DIM", "SEARCH_MODES", "Hit", "NewDocument", "SearchMode", "bulk_load_pays", "bulk_mode", "drop_search_indexes",
+    "SEARCH_MODES", "Hit", "NewDocument", "SearchMode", "bulk_load_pays", "bulk_mode", "drop_search_indexes",
     "ensure_search_indexes", "write_documents", "as_array", "cache_lookup", "cache_store",
     "collection_chunks", "collection_texts", "drop_collection", "ensure_collection", "finish_run",
     "get_collection", "lock_collection", "prune", "recount_fts_stats", "record_error", "refresh_fts_stats", "run_errors", "search",
     "source_uris", "start_run", "status", "stored_documents", "stored_sections", "unlock_collection",
-    "write_document",
+    "write_document", "activate_set", "cache_coverage", "create_set", "drop_retired_sets", "drop_set",
+    "embedding_sets", "missing_vectors", "set_progress", "write_vectors",
 ]  # fmt: skip

@@ -4,7 +4,7 @@ dropped before a large first load and built once after it, which is several time
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,11 +14,10 @@ from psycopg.types.json import Jsonb
 
 from pipeline.model import Chunk, Document, embed_hash, section_hash, sha256
 
-#: The indexes a bulk load may build after the load instead of maintaining row by row (name -> definition).
-#: The definitions are those of the migrations (001, 002); `ensure_search_indexes` restores any that is missing.
+#: The full-text index a bulk load may build after the load instead of maintaining it row by row (name ->
+#: definition, as in migration 002); `ensure_search_indexes` restores it when missing. The HNSW index is the
+#: collection's own (its embedding set's partition, `chunkyard_vector_index`).
 SEARCH_INDEXES: dict[str, str] = {
-    "chunks_embedding_hnsw": "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks "
-    "USING hnsw (embedding vector_cosine_ops)",
     "chunks_tsv_idx": "CREATE INDEX IF NOT EXISTS chunks_tsv_idx ON chunks USING gin (tsv)",
 }
 
@@ -44,7 +43,7 @@ def write_documents(
     collection_id: int,
     docs: Sequence[NewDocument],
     vectors: dict[str, np.ndarray],
-    model: str,
+    set_id: int,
     run_id: int | None,
 ) -> dict[str, int]:
     """Insert new documents, their sections and chunks in ONE transaction of a few set-based statements;
@@ -119,7 +118,7 @@ def write_documents(
             ],
             collection_id=collection_id,
             vectors=vectors,
-            model=model,
+            set_id=set_id,
         )
     return doc_ids
 
@@ -130,24 +129,44 @@ def copy_chunks(
     *,
     collection_id: int,
     vectors: dict[str, np.ndarray],
-    model: str,
+    set_id: int,
 ) -> None:
-    """Binary COPY of (section id, document id, ordinal, chunk) rows into chunks: the one way chunks are written."""
+    """Binary COPY of (section id, document id, ordinal, chunk) rows into chunks, and of their vectors into the
+    embedding set's partition: the one way chunks are written. Ids are drawn first, so both are plain COPYs."""
     if not rows:
         return
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "SELECT nextval(pg_get_serial_sequence('chunks', 'id')) FROM generate_series(1, %s)", (len(rows),)
+        ).fetchall()
+    ]
+    hashes = [embed_hash(ch.embed_text) for _, _, _, ch in rows]
     with conn.cursor().copy(
-        """COPY chunks (section_id, document_id, collection_id, ordinal, text, context, content_hash,
-                        embed_hash, char_start, char_end, token_count, metadata, model, embedding)
+        """COPY chunks (id, section_id, document_id, collection_id, ordinal, text, context, content_hash,
+                        embed_hash, char_start, char_end, token_count, metadata)
            FROM STDIN WITH (FORMAT BINARY)"""
     ) as cp:
-        cp.set_types(["int8", "int8", "int8", "int4", "text", "text", "text", "text", "int4", "int4",
-                      "int4", "jsonb", "text", "vector"])  # fmt: skip
-        for section_id, doc_id, ordinal, ch in rows:
-            h = embed_hash(ch.embed_text)
+        cp.set_types(["int8", "int8", "int8", "int8", "int4", "text", "text", "text", "text", "int4", "int4",
+                      "int4", "jsonb"])  # fmt: skip
+        for chunk_id, h, (section_id, doc_id, ordinal, ch) in zip(ids, hashes, rows, strict=True):
             cp.write_row([
-                section_id, doc_id, collection_id, ordinal, ch.text, ch.context, sha256(ch.text), h,
-                ch.start, ch.end, ch.token_count, Jsonb(ch.metadata), model, vectors[h],
+                chunk_id, section_id, doc_id, collection_id, ordinal, ch.text, ch.context, sha256(ch.text), h,
+                ch.start, ch.end, ch.token_count, Jsonb(ch.metadata),
             ])  # fmt: skip
+    copy_vectors(conn, set_id, ((i, vectors[h]) for i, h in zip(ids, hashes, strict=True)))
+
+
+def copy_vectors(conn: psycopg.Connection, set_id: int, rows: Iterable[tuple[int, np.ndarray]]) -> None:
+    """Binary COPY of (chunk id, vector) rows into an embedding set's partition."""
+    with conn.cursor().copy(
+        sql.SQL("COPY {} (chunk_id, set_id, embedding) FROM STDIN WITH (FORMAT BINARY)").format(
+            sql.Identifier(f"chunk_vectors_{set_id}")
+        )
+    ) as cp:
+        cp.set_types(["int8", "int8", "vector"])
+        for chunk_id, vec in rows:
+            cp.write_row([chunk_id, set_id, vec])
 
 
 # ------------------------------------------------------------------------------------ search indexes
@@ -165,28 +184,42 @@ def bulk_load_pays(conn: psycopg.Connection, expected_chunks: int) -> bool:
     return bool(row and row[1] and expected_chunks >= max(10_000, row[0]))
 
 
-def bulk_mode(conn: psycopg.Connection) -> bool:
-    """Whether a bulk load is under way (its HNSW index dropped): batches then write many documents at once."""
-    row = conn.execute("SELECT to_regclass('chunks_embedding_hnsw') IS NULL").fetchone()
+def bulk_mode(conn: psycopg.Connection, set_id: int) -> bool:
+    """Whether a bulk load into this embedding set is under way (its HNSW index dropped): batches then write
+    many documents at once."""
+    row = conn.execute("SELECT to_regclass(%s) IS NULL", (f"chunk_vectors_{set_id}_hnsw",)).fetchone()
     conn.commit()
     return bool(row[0])
 
 
-def drop_search_indexes(conn: psycopg.Connection) -> None:
-    """Drop the HNSW and GIN indexes before a large load (searches scan until they are built again)."""
+def drop_search_indexes(conn: psycopg.Connection, set_id: int) -> None:
+    """Drop the set's HNSW index and the full-text index before a large load (searches scan until they are
+    built again)."""
+    conn.execute("SELECT chunkyard_vector_index(%s, false)", (set_id,))
     for name in SEARCH_INDEXES:
         conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
     conn.commit()
 
 
-def ensure_search_indexes(conn: psycopg.Connection, *, maintenance_work_mem: str = "1GB") -> list[str]:
-    """Build the search indexes that are missing (after a bulk load, or one that crashed); returns their names."""
+def ensure_search_indexes(
+    conn: psycopg.Connection, set_ids: Sequence[int] = (), *, maintenance_work_mem: str = "1GB"
+) -> list[str]:
+    """Build the search indexes that are missing (after a bulk load, or one that crashed): the full-text one,
+    and the HNSW index of each given embedding set; returns their names."""
+    built = []
+    for set_id in set_ids:
+        name = f"chunk_vectors_{set_id}_hnsw"
+        if conn.execute("SELECT to_regclass(%s) IS NULL", (name,)).fetchone()[0]:
+            with conn.transaction():
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
+                if conn.execute("SELECT chunkyard_vector_index(%s, true)", (set_id,)).fetchone()[0]:
+                    built.append(name)
     owner = conn.execute(
         "SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class WHERE oid = 'chunks'::regclass"
     )
     if not owner.fetchone()[0]:
         conn.commit()
-        return []  # only the table's owner can build them; the owner's next run does
+        return built  # only the table's owner can build it; the owner's next run does
     missing = [
         n for n in SEARCH_INDEXES if conn.execute("SELECT to_regclass(%s) IS NULL", (n,)).fetchone()[0]
     ]
@@ -195,4 +228,4 @@ def ensure_search_indexes(conn: psycopg.Connection, *, maintenance_work_mem: str
             conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
             conn.execute(SEARCH_INDEXES[name])
     conn.commit()
-    return missing
+    return built + missing

@@ -18,10 +18,6 @@ from pipeline.model import (
 )
 from pipeline.store.bulk import copy_chunks, document_metadata
 
-#: The dimension of chunks.embedding in the schema.
-SCHEMA_DIM = 384
-
-
 def as_array(v) -> np.ndarray:
     """A stored vector as float32 numpy (pgvector returns Vector objects in recent versions)."""
     return np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32)
@@ -84,7 +80,7 @@ def cache_store(conn: psycopg.Connection, model: str, vectors: dict[str, np.ndar
         return
     with conn.transaction():
         conn.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS _cache_in (text_hash text, embedding vector(384)) ON COMMIT DELETE ROWS"
+            "CREATE TEMP TABLE IF NOT EXISTS _cache_in (text_hash text, embedding vector) ON COMMIT DELETE ROWS"
         )
         with conn.cursor().copy(
             "COPY _cache_in (text_hash, embedding) FROM STDIN WITH (FORMAT BINARY)"
@@ -109,7 +105,7 @@ def write_document(
     plan: SectionPlan,
     new_chunks: dict[int, list[Chunk]],
     vectors: dict[str, np.ndarray],
-    model: str,
+    set_id: int,
     run_id: int | None,
     expected_sections: Iterable[int] = (),
 ) -> int:
@@ -203,7 +199,7 @@ def write_document(
                 ([p[0] for p in pairs], [p[1] for p in pairs]),
             )
         rows = [(ids[i], doc_id, k, ch) for i, chunks in new_chunks.items() for k, ch in enumerate(chunks)]
-        copy_chunks(conn, rows, collection_id=collection_id, vectors=vectors, model=model)
+        copy_chunks(conn, rows, collection_id=collection_id, vectors=vectors, set_id=set_id)
     return doc_id
 
 

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import psycopg
 from psycopg import sql
 
-from pipeline.errors import ConfigError
 from pipeline.model import (
     Collection,
+    EmbeddingSet,
     RunKind,
     RunStatus,
 )
 from pipeline.store.bulk import ensure_search_indexes
-from pipeline.store.documents import SCHEMA_DIM
 
 # ------------------------------------------------------------------------------------- collections
 
@@ -22,30 +22,41 @@ from pipeline.store.documents import SCHEMA_DIM
 def ensure_collection(
     conn: psycopg.Connection, name: str, *, profile: dict, model: str, dim: int
 ) -> Collection:
-    """Create the collection, or record the profile and model it is now ingested with."""
-    if dim != SCHEMA_DIM:
-        raise ConfigError(
-            f"model {model} makes {dim}-dimensional embeddings but the schema stores vector({SCHEMA_DIM}); "
-            f"use a {SCHEMA_DIM}-dimensional model"
-        )
+    """Create the collection with an active embedding set of `model` (its chunks sized with `model` too), or
+    record the profile an existing one is now ingested with (its models change only by a model switch)."""
     with conn.transaction():
         row = conn.execute(
             """INSERT INTO collections (name, profile, model, dim) VALUES (%s, %s, %s, %s)
                ON CONFLICT (name) DO UPDATE
-                 SET profile = EXCLUDED.profile, model = EXCLUDED.model, dim = EXCLUDED.dim,
+                 SET profile = EXCLUDED.profile,
                      updated_at = CASE WHEN collections.profile IS DISTINCT FROM EXCLUDED.profile
-                                         OR collections.model <> EXCLUDED.model
                                        THEN now() ELSE collections.updated_at END
-               RETURNING id, name, profile, model""",
+               RETURNING id""",
             (name, json.dumps(profile), model, dim),
         ).fetchone()
-    return Collection(*row)
+        conn.execute(
+            """SELECT chunkyard_create_embedding_set(%s, %s, %s, 'active')
+               WHERE NOT EXISTS (SELECT 1 FROM embedding_sets WHERE collection_id = %s AND status = 'active')""",
+            (row[0], model, dim, row[0]),
+        )
+    coll = get_collection(conn, name)
+    assert coll is not None
+    return coll
 
 
 def get_collection(conn: psycopg.Connection, name: str) -> Collection | None:
-    row = conn.execute("SELECT id, name, profile, model FROM collections WHERE name = %s", (name,)).fetchone()
+    """The collection with its active embedding set."""
+    row = conn.execute(
+        """SELECT c.id, c.name, c.profile, c.model, s.id, s.model, s.dim
+           FROM collections c LEFT JOIN embedding_sets s ON s.collection_id = c.id AND s.status = 'active'
+           WHERE c.name = %s""",
+        (name,),
+    ).fetchone()
     conn.commit()
-    return Collection(*row) if row else None
+    if row is None:
+        return None
+    vectors = EmbeddingSet(row[4], row[5], row[6], "active") if row[4] is not None else None
+    return Collection(*row[:4], vectors=vectors)
 
 
 def drop_collection(conn: psycopg.Connection, name: str) -> bool:
@@ -99,10 +110,11 @@ def finish_run(
         )
 
 
-def refresh_fts_stats(conn: psycopg.Connection, collection_id: int) -> None:
-    """End of a run's writes: search indexes a bulk load dropped are built again, and BM25 statistics
-    counted if a collection has none (triggers on chunks keep them current; `recount_fts_stats` repairs)."""
-    ensure_search_indexes(conn)
+def refresh_fts_stats(conn: psycopg.Connection, collection_id: int, set_ids: Sequence[int] = ()) -> None:
+    """End of a run's writes: search indexes a bulk load dropped are built again (the full-text one, and the
+    HNSW index of the given embedding sets), and BM25 statistics counted if a collection has none (triggers
+    on chunks keep them current; `recount_fts_stats` repairs)."""
+    ensure_search_indexes(conn, set_ids)
     missing = conn.execute(
         "SELECT fts_chunks IS NULL FROM collections WHERE id = %s", (collection_id,)
     ).fetchone()

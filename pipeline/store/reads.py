@@ -88,7 +88,11 @@ def collection_chunks(
                FROM chunks c JOIN documents d ON d.id = c.document_id AND d.deleted_at IS NULL
                JOIN collections col ON col.id = c.collection_id AND col.name = %s
                ORDER BY d.source_uri, c.char_start, c.id"""
-        ).format(sql.SQL("c.embedding") if embeddings else sql.SQL("NULL")),
+        ).format(
+            sql.SQL("(SELECT e.embedding FROM chunk_embeddings e WHERE e.chunk_id = c.id)")
+            if embeddings
+            else sql.SQL("NULL")
+        ),
         (name,),
     ).fetchall()
     conn.commit()

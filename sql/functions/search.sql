@@ -15,9 +15,9 @@ BEGIN
 END
 $$;
 
--- Top-k chunks of one collection by cosine similarity, with the parent section's text on request.
--- The collection is a value found first and the soft-delete check a per-row filter, so the HNSW index scan
--- drives the plan with both as filters (iterative scans go on until k rows pass them), generic plans too.
+-- Top-k chunks of one collection by cosine similarity, with the parent section's text on request: the
+-- nearest in the collection's active embedding set (chunkyard_vector_candidates: its HNSW index, live
+-- documents only), whatever the model's dimension.
 CREATE OR REPLACE FUNCTION chunkyard_search(
     p_collection      text,
     p_query           vector,
@@ -37,26 +37,16 @@ RETURNS TABLE (
     metadata      jsonb
 )
 LANGUAGE sql STABLE
-SET hnsw.iterative_scan = 'relaxed_order'
-SET hnsw.ef_search = 100
 AS $$
-    WITH top AS (
-        SELECT c.id, c.embedding <=> p_query AS dist, c.text, c.document_id, c.section_id,
-               c.char_start, c.char_end, c.metadata
-        FROM chunks c
-        WHERE c.collection_id = (SELECT col.id FROM collections col WHERE col.name = p_collection)
-          AND (SELECT dd.deleted_at FROM documents dd WHERE dd.id = c.document_id) IS NULL
-        ORDER BY c.embedding <=> p_query
-        LIMIT p_k
-    )
-    SELECT t.id, 1 - t.dist, t.text, d.source_uri, s.heading_path, t.char_start, t.char_end, t.section_id,
+    SELECT c.id, 1 - t.dist, c.text, d.source_uri, s.heading_path, c.char_start, c.char_end, c.section_id,
            CASE WHEN p_with_parent
                 THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
-           t.metadata
-    FROM top t
-    JOIN documents d ON d.id = t.document_id
-    JOIN sections s ON s.id = t.section_id
-    ORDER BY t.dist, t.id
+           c.metadata
+    FROM chunkyard_vector_candidates(p_collection, p_query, p_k) t
+    JOIN chunks c ON c.id = t.chunk_id
+    JOIN documents d ON d.id = c.document_id
+    JOIN sections s ON s.id = c.section_id
+    ORDER BY t.dist, c.id
 $$;
 
 -- Recount a collection's BM25 statistics (fts_terms, chunk count, lengths) from its rows. Triggers on chunks
@@ -259,8 +249,6 @@ RETURNS TABLE (
     metadata      jsonb
 )
 LANGUAGE plpgsql STABLE
-SET hnsw.iterative_scan = 'relaxed_order'
-SET hnsw.ef_search = 100
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -274,13 +262,8 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH vec AS (
-        SELECT v.id, 1 - v.dist AS sim, row_number() OVER (ORDER BY v.dist, v.id) AS r
-        FROM (SELECT c.id, c.embedding <=> p_query AS dist
-              FROM chunks c
-              WHERE c.collection_id = (SELECT col.id FROM collections col WHERE col.name = p_collection)
-                AND (SELECT dd.deleted_at FROM documents dd WHERE dd.id = c.document_id) IS NULL
-              ORDER BY c.embedding <=> p_query
-              LIMIT p_candidates) v
+        SELECT v.chunk_id AS id, 1 - v.dist AS sim, row_number() OVER (ORDER BY v.dist, v.chunk_id) AS r
+        FROM chunkyard_vector_candidates(p_collection, p_query, p_candidates) v
     ),
     fts AS (
         SELECT f.chunk_id AS id, f.score AS bm25, row_number() OVER (ORDER BY f.score DESC, f.chunk_id) AS r
@@ -295,8 +278,10 @@ BEGIN
     ),
     -- the exact cosine similarity of every candidate, full-text ones included
     feat AS (
-        SELECT cand.id, cand.vr, cand.fr, 1 - (c.embedding <=> p_query) AS sim, coalesce(cand.bm25, 0) AS bm25
-        FROM cand JOIN chunks c ON c.id = cand.id
+        SELECT cand.id, cand.vr, cand.fr, coalesce(1 - x.dist, 0) AS sim, coalesce(cand.bm25, 0) AS bm25
+        FROM cand
+        LEFT JOIN chunkyard_vector_distances(p_collection, p_query, (SELECT array_agg(c2.id) FROM cand c2)) x
+               ON x.chunk_id = cand.id
     ),
     scaled AS (
         SELECT feat.*,
