@@ -1,7 +1,8 @@
 """All SQL access, and nothing but the data model: it imports `pipeline.model`, never a parser or chunker.
 
 `ledger` holds collections, locks, runs and errors; `documents` the per-document swap, COPY, the embedding
-cache and prune; `reads` search and the chunks of a collection. Callers use `store.<function>`.
+cache and prune; `reads` search and the chunks of a collection; `evals` the results of evaluation runs.
+Callers use `store.<function>`.
 """
 
 from pipeline.store.bulk import (
@@ -22,6 +23,7 @@ from pipeline.store.documents import (
     stored_sections,
     write_document,
 )
+from pipeline.store.evals import chunk_spans, document_texts, record_eval
 from pipeline.store.ledger import (
     drop_collection,
     ensure_collection,
@@ -52,7 +54,7 @@ from pipeline.store.vectors import (
 __all__ = [
     "SEARCH_MODES", "Hit", "NewDocument", "SearchMode", "bulk_load_pays", "bulk_mode", "drop_search_indexes",
     "ensure_search_indexes", "write_documents", "as_array", "cache_lookup", "cache_store",
-    "collection_chunks", "collection_texts", "drop_collection", "ensure_collection", "finish_run",
+    "chunk_spans", "document_texts", "record_eval", "collection_chunks", "collection_texts", "drop_collection", "ensure_collection", "finish_run",
     "get_collection", "lock_collection", "prune", "recount_fts_stats", "record_error", "refresh_fts_stats", "run_errors", "search",
     "source_uris", "start_run", "status", "stored_documents", "stored_sections", "unlock_collection",
     "write_document", "activate_set", "cache_coverage", "create_set", "drop_retired_sets", "drop_set",
