@@ -25,6 +25,7 @@ FLOWS = {
     "backfill": "flows.backfill:backfill_flow",
     "reindex": "flows.reindex:reindex_flow",
     "prune": "flows.prune:prune_flow",
+    "evaluate": "flows.evaluate:evaluate_flow",
 }
 
 
