@@ -1,4 +1,4 @@
-"""Scheduled ingestion: deployments with interval or cron schedules, served from this process."""
+"""Scheduled ingestion and evaluation: deployments with interval or cron schedules, served from this process."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 import tomllib
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -31,18 +31,13 @@ def parse_every(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-class Schedule(BaseModel):
-    """One configured source: what to ingest into which collection, and when."""
+class _Timed(BaseModel):
+    """When a deployment runs: exactly one of an interval or a cron expression."""
 
     model_config = ConfigDict(extra="forbid")
 
-    paths: list[str] = Field(min_length=1)
-    collection: str = Field(default="default", min_length=1)
     every: str | None = None
     cron: str | None = None
-    profile: str | None = Field(default=None, description="Chunking profile TOML; default profile if unset.")
-    prune: bool = True
-    name: str | None = None
 
     @field_validator("every")
     @classmethod
@@ -61,10 +56,24 @@ class Schedule(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _one_schedule(self) -> Schedule:
+    def _one_schedule(self) -> _Timed:
         if (self.every is None) == (self.cron is None):
             raise ValueError("give exactly one of every (e.g. 15m) or cron (e.g. '*/15 * * * *')")
         return self
+
+    def when(self) -> dict:
+        """The schedule as `to_deployment` keywords."""
+        return {"interval": parse_every(self.every)} if self.every else {"cron": self.cron}
+
+
+class Schedule(_Timed):
+    """One configured source: what to ingest into which collection, and when."""
+
+    paths: list[str] = Field(min_length=1)
+    collection: str = Field(default="default", min_length=1)
+    profile: str | None = Field(default=None, description="Chunking profile TOML; default profile if unset.")
+    prune: bool = True
+    name: str | None = None
 
     @property
     def deployment_name(self) -> str:
@@ -72,42 +81,83 @@ class Schedule(BaseModel):
         return self.name or f"ingest-{self.collection}"
 
 
-def load_schedules(path: Path) -> list[Schedule]:
-    """[[source]] tables from a TOML file; a mistake names the entry and field."""
+class EvalSchedule(_Timed):
+    """One configured evaluation: a question set scored on a collection, and when ([[eval]] tables)."""
+
+    questions: str = Field(
+        min_length=1, description="JSONL question set (README: Watching retrieval quality)."
+    )
+    collection: str = Field(default="default", min_length=1)
+    k: int = Field(default=5, ge=1, le=1000)
+    mode: Literal["vector", "fulltext", "hybrid", "rrf"] = "hybrid"
+    max_drop: float = Field(
+        default=5.0, ge=0, description="Recall points below the baseline that fail a run."
+    )
+    name: str | None = None
+
+    @property
+    def deployment_name(self) -> str:
+        """Stable name per collection and question set."""
+        return self.name or f"eval-{self.collection}-{Path(self.questions).stem}"
+
+
+def load_schedules(path: Path) -> list[Schedule | EvalSchedule]:
+    """[[source]] (ingestion) and [[eval]] (evaluation) tables from a TOML file; a mistake names the entry
+    and field. Relative profile and question paths are relative to the file; question sets are checked now."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"sources file {path}: {exc}") from exc
-    entries = data.get("source")
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"sources file {path}: expected one or more [[source]] tables")
-    out = []
-    for i, entry in enumerate(entries):
+    tables: list[tuple[str, type[Schedule] | type[EvalSchedule], Any]] = []
+    for key, model in (("source", Schedule), ("eval", EvalSchedule)):
+        entries = data.get(key, [])
+        if not isinstance(entries, list):
+            raise ConfigError(f"sources file {path}: {key} must be [[{key}]] tables")
+        tables += [(key, model, e) for e in entries]
+    if not tables:
+        raise ConfigError(f"sources file {path}: expected one or more [[source]] or [[eval]] tables")
+    out: list[Schedule | EvalSchedule] = []
+    counters = {"source": 0, "eval": 0}
+    for key, model, entry in tables:
+        counters[key] += 1
+        where = f"sources file {path}: {key} {counters[key]}"
         try:
-            s = Schedule.model_validate(entry)
+            s = model.model_validate(entry)
         except ValidationError as exc:
-            msgs = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'source'}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(f"sources file {path}: source {i + 1}: {msgs}") from exc
-        if s.profile and not Path(s.profile).is_absolute():
+            msgs = "; ".join(f"{'.'.join(map(str, e['loc'])) or key}: {e['msg']}" for e in exc.errors())
+            raise ConfigError(f"{where}: {msgs}") from exc
+        if isinstance(s, Schedule) and s.profile and not Path(s.profile).is_absolute():
             s.profile = str((path.parent / s.profile).resolve())
+        if isinstance(s, EvalSchedule):
+            from pipeline.evaluate.data import EvalError
+            from pipeline.evaluate.live import load_question_set
+
+            s.questions = str((path.parent / Path(s.questions).expanduser()).resolve())
+            try:
+                load_question_set(s.questions)
+            except EvalError as exc:
+                raise ConfigError(f"{where}: {exc}") from exc
         out.append(s)
     names = [s.deployment_name for s in out]
     if len(set(names)) != len(names):
-        raise ConfigError(f"sources file {path}: two sources share a deployment name; set `name` on one")
+        raise ConfigError(f"sources file {path}: two entries share a deployment name; set `name` on one")
     return out
 
 
-def deployment(schedule: Schedule, *, task_runner: Any = None, profile: Profile | None = None) -> Any:
-    """A RunnerDeployment of the ingest flow for one source; overlapping runs wait instead of piling up."""
+def deployment(
+    schedule: Schedule | EvalSchedule, *, task_runner: Any = None, profile: Profile | None = None
+) -> Any:
+    """A RunnerDeployment for one entry; overlapping runs wait instead of piling up."""
+    if isinstance(schedule, EvalSchedule):
+        return eval_deployment(schedule)
     from flows.ingest import ingest_flow
 
     flow = ingest_flow if task_runner is None else ingest_flow.with_options(task_runner=task_runner)
     prof = profile or (load_profile(schedule.profile) if schedule.profile else None)
     paths = [str(Path(p).expanduser().resolve()) for p in schedule.paths]
-    when = {"interval": parse_every(schedule.every)} if schedule.every else {"cron": schedule.cron}
     return flow.to_deployment(
         name=schedule.deployment_name,
-        **when,
+        **schedule.when(),
         parameters={
             "paths": paths,
             "collection": schedule.collection,
@@ -120,7 +170,31 @@ def deployment(schedule: Schedule, *, task_runner: Any = None, profile: Profile 
     )
 
 
-def serve(schedules: list[Schedule], *, task_runner: Any = None, profile: Profile | None = None) -> None:
+def eval_deployment(schedule: EvalSchedule) -> Any:
+    """A RunnerDeployment of the evaluate flow: its runs end Failed when recall dropped below the baseline."""
+    from flows.evaluate import evaluate_flow
+
+    questions = str(Path(schedule.questions).expanduser().resolve())
+    return evaluate_flow.to_deployment(
+        name=schedule.deployment_name,
+        **schedule.when(),
+        parameters={
+            "collection": schedule.collection,
+            "questions": questions,
+            "k": schedule.k,
+            "mode": schedule.mode,
+            "max_drop": schedule.max_drop,
+        },
+        concurrency_limit=1,
+        description=f"Score {questions} on collection {schedule.collection!r}; Failed when recall drops "
+        f"more than {schedule.max_drop} points below the baseline",
+        tags=["chunkyard", "eval", f"collection:{schedule.collection}"],
+    )
+
+
+def serve(
+    schedules: list[Schedule | EvalSchedule], *, task_runner: Any = None, profile: Profile | None = None
+) -> None:
     """Register the deployments and run their scheduled flow runs here until interrupted."""
     import prefect
 
