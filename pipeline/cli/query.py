@@ -110,12 +110,35 @@ def chunk(
 # -------------------------------------------------------------------------------------------- eval
 
 
+def _optional_collection(name: str | None) -> str | None:
+    from pipeline.config import check_collection_name
+
+    return None if name is None else check_collection_name(name)
+
+
 @app.command("eval")
 def eval_(
-    corpora: Annotated[Path, typer.Option("--corpora", help="Folder of corpus files (id = file stem).")],
     questions: Annotated[
-        Path, typer.Option("--questions", help="Chroma-style CSV (question, references, corpus_id) or JSONL.")
+        Path,
+        typer.Option(
+            "--questions",
+            help="With --collection: JSONL of question, document, answers (README: Watching retrieval quality). "
+            "With --corpora: Chroma-style CSV (question, references, corpus_id) or JSONL.",
+        ),
     ],
+    collection: Annotated[
+        str | None,
+        typer.Option(
+            "--collection",
+            "-c",
+            callback=_optional_collection,
+            help="Score this live collection, store the run, fail on a recall drop from the baseline.",
+        ),
+    ] = None,
+    corpora: Annotated[
+        Path | None,
+        typer.Option("--corpora", help="Benchmark: folder of corpus files (id = file stem), indexed afresh."),
+    ] = None,
     strategy: Annotated[
         list[str] | None,
         typer.Option(
@@ -128,14 +151,31 @@ def eval_(
     profile: Annotated[
         list[Path] | None, typer.Option("--profile", help="A TOML profile to evaluate (repeatable).")
     ] = None,
-    k: Annotated[int, typer.Option("-k", min=1, help="Chunks retrieved per question.")] = 5,
+    k: Annotated[int, typer.Option("-k", min=1, max=1000, help="Chunks retrieved per question.")] = 5,
     search: Annotated[
         list[str] | None,
         typer.Option(
             "--search",
-            help="Search mode to score (repeatable): vector, hybrid, rrf, fulltext. Default: vector and hybrid.",
+            help="Search mode to score (repeatable): vector, hybrid, rrf, fulltext. Default: vector and hybrid; "
+            "one mode with --collection (default hybrid, what `chunkyard search` does).",
         ),
     ] = None,
+    max_drop: Annotated[
+        float,
+        typer.Option(min=0, help="With --collection: recall points below the baseline that fail the run."),
+    ] = 5.0,
+    set_baseline: Annotated[
+        bool, typer.Option("--set-baseline", help="With --collection: this run becomes the baseline.")
+    ] = False,
+    name: Annotated[
+        str | None, typer.Option(help="With --collection: the question set's name (default: file stem).")
+    ] = None,
+    prefect: Annotated[
+        bool, typer.Option(help="With --collection: run as a Prefect flow (default) or as plain functions.")
+    ] = True,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="With --collection: print the run as JSON.")
+    ] = False,
     as_type: Annotated[
         str, typer.Option("--as", help="Type corpora by suffix (auto) or treat all as text / markdown.")
     ] = "auto",
@@ -147,16 +187,33 @@ def eval_(
     ] = Path("chunkyard-eval"),
     per_corpus: Annotated[bool, typer.Option(help="Also print recall / IoU per corpus.")] = False,
 ) -> None:
-    """Score chunking configurations on questions with excerpt spans (Chroma's recall, precision, IoU)."""
+    """Retrieval quality in answer spans (Chroma's recall, precision, IoU): of a live collection
+    (--collection, stored per run; exit 1 when recall dropped), or of chunking configurations (--corpora)."""
     from pipeline import evaluate as ev
     from pipeline.store import SEARCH_MODES
 
-    if as_type not in ("auto", "text", "markdown"):
-        raise ConfigError(f"--as {as_type!r}: expected auto, text or markdown")
-    modes = list(dict.fromkeys(search or ["vector", "hybrid"]))
+    modes = list(dict.fromkeys(search or []))
     bad = [m for m in modes if m not in SEARCH_MODES]
     if bad:
         raise ConfigError(f"--search {bad[0]!r}: expected one of {', '.join(SEARCH_MODES)}")
+    if collection is not None:
+        if corpora is not None or strategy or profile:
+            raise ConfigError("--collection scores a live collection: --corpora, --strategy and --profile are "
+                              "for the benchmark of chunking configurations")  # fmt: skip
+        if len(modes) > 1:
+            raise ConfigError("--collection scores one search mode per run: give --search once")
+        _live_eval(
+            collection, questions, k=k, mode=(modes or ["hybrid"])[0], max_drop=max_drop,
+            set_baseline=set_baseline, name=name, prefect=prefect, as_json=as_json,
+        )  # fmt: skip
+        return
+    if corpora is None:
+        raise ConfigError(
+            "give --collection NAME (score a live collection) or --corpora FOLDER (compare chunking configurations)"
+        )
+    if as_type not in ("auto", "text", "markdown"):
+        raise ConfigError(f"--as {as_type!r}: expected auto, text or markdown")
+    modes = modes or ["vector", "hybrid"]
     configs = [ev.parse_config(s, doc_type=as_type, section_tokens=section_tokens) for s in strategy or []]
     configs += [
         ev.profile_config(str(p), doc_type=as_type, section_tokens=section_tokens) for p in profile or []
@@ -173,3 +230,61 @@ def eval_(
         out.print("\n" + ev.per_corpus_table(doc["results"]), highlight=False, markup=False, soft_wrap=True)
     plot_line = png or "skipped (matplotlib missing: pip install 'chunkyard[eval]')"
     out.print(f"\nfigures: {js}\nplot: {plot_line}", highlight=False)
+
+
+def _live_eval(
+    collection: str,
+    questions: Path,
+    *,
+    k: int,
+    mode: str,
+    max_drop: float,
+    set_baseline: bool,
+    name: str | None,
+    prefect: bool,
+    as_json: bool,
+) -> None:
+    """Score a question set on a live collection (a Prefect flow run by default); exit 1 when recall dropped."""
+    import os
+
+    from pipeline.evaluate.live import load_question_set, verdict_line
+    from pipeline.model import NoProgress
+
+    load_question_set(questions, name=name)  # a malformed file is one clear error before anything starts
+    params = {
+        "collection": collection, "questions": str(questions.expanduser().resolve()), "k": k, "mode": mode,
+        "max_drop": max_drop, "set_baseline": set_baseline, "name": name,
+    }  # fmt: skip
+    if prefect:
+        from pipeline.cli import _flow, _preflight
+
+        _preflight(collection)
+        result = _flow("evaluate", params)(NoProgress())  # type: ignore[arg-type]
+    else:
+        from pipeline.evaluate.live import run_live_eval
+
+        result = run_live_eval(**params, settings=_settings())  # type: ignore[arg-type]
+    if as_json:
+        out.print_json(json.dumps(result, default=str))
+    else:
+        out.print(
+            f"recall {result['recall']:.1f}%  precision {result['precision']:.1f}%  "
+            f"precision_omega {result['precision_omega']:.1f}%  IoU {result['iou']:.1f}%  "
+            f"hit rate {result['hit_rate']:.1f}%  MRR {result['mrr']:.3f}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for w in result["worst"]:
+            if w["recall"] < 100:
+                out.print(
+                    f"  lowest recall: {w['row']} ({w['recall']:.1f}%) {w['question']}",
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
+        (out if result["passed"] else err).print(
+            verdict_line(result), highlight=False, markup=False, soft_wrap=True
+        )
+        if os.environ.get("PREFECT_API_URL") and result.get("flow_run_id"):
+            err.print(f"flow run {result['flow_run_id']} on {os.environ['PREFECT_API_URL']}", highlight=False)
+    raise typer.Exit(0 if result["passed"] else 1)
