@@ -215,6 +215,9 @@ def model_dim(model: str) -> int:
     import json
 
     p = Path(model_path(model))
+    dim = _modules_dim(p)
+    if dim:
+        return dim
     for name in ("1_Pooling/config.json", "config.json"):
         f = p / name
         if f.exists():
@@ -223,6 +226,29 @@ def model_dim(model: str) -> int:
                 if key in cfg:
                     return int(cfg[key])
     return get_embedder(model).dim
+
+
+def _modules_dim(folder: Path) -> int | None:
+    """The output dimension a sentence-transformers folder declares: its last Dense layer's, else its
+    pooling's (the word embedding dimension times the pooling modes on); None when it says neither."""
+    import json
+
+    modules = folder / "modules.json"
+    if not modules.exists():
+        return None
+    dim = None
+    for m in json.loads(modules.read_text()):
+        cfg_file = folder / m.get("path", "") / "config.json"
+        kind = str(m.get("type", ""))
+        if not cfg_file.exists():
+            continue
+        cfg = json.loads(cfg_file.read_text())
+        if kind.endswith("Dense") and "out_features" in cfg:
+            dim = int(cfg["out_features"])
+        elif kind.endswith("Pooling") and "word_embedding_dimension" in cfg:
+            modes = sum(bool(v) for k, v in cfg.items() if k.startswith("pooling_mode_") and isinstance(v, bool))
+            dim = int(cfg["word_embedding_dimension"]) * max(1, modes)
+    return dim
 
 
 def embed_with_cache(

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from pipeline import db, store
 from pipeline.config import Profile, Settings, profile_from_dict
+from pipeline.embed import embedding_key, resolve_backend
 from pipeline.errors import ConfigError
 from pipeline.model import Progress, RunKind, Stage, Stats
 from pipeline.run import BATCH_BYTES, Executor, Run, RunResult
@@ -123,6 +124,31 @@ def run_reindex(
     return _ingest(
         settings, collection, profile or stored, RunKind.REINDEX, params, pre, files, None, False, opts
     )
+
+
+def run_model_switch(
+    collection: str,
+    model: str,
+    *,
+    settings: Settings | None = None,
+    dry_run: bool = False,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+    batch: int = 256,
+) -> RunResult:
+    """Move a collection to another embedding model without downtime: its chunks are embedded into a new
+    set while search reads the old one, which the new one replaces in one transaction when complete. The
+    backend is this machine's (CHUNKYARD_EMBED_BACKEND); a dry run counts the vectors needed and cached."""
+    settings = settings or Settings()
+    key = embedding_key(model, resolve_backend(settings.embed_backend, device=settings.device))
+    stored, _ = collection_sources(settings, collection)
+    params = {"collection": collection, "model": key, "flow": "reindex"}
+    with Run.begin(
+        settings=settings, collection=collection, profile=stored, kind=RunKind.REINDEX, params=params,
+        dry_run=dry_run, executor=executor, progress=progress, switching_model=True,
+    ) as run:  # fmt: skip
+        run.switch_model(key, batch=batch)
+        return run.finish()
 
 
 class Options(NamedTuple):

@@ -21,7 +21,7 @@ import psycopg
 
 from pipeline import db, stages, store
 from pipeline.config import Profile, Settings, base_model, check_collection_name
-from pipeline.embed import key_for, model_dim
+from pipeline.embed import key_for, model_dim, split_key
 from pipeline.errors import ConfigError, DatabaseUnavailable, TransientError
 from pipeline.model import (
     Collection,
@@ -182,19 +182,27 @@ class Run:
         executor: Executor | None = None,
         progress: Progress | None = None,
         model_limit: int | None = None,
+        switching_model: bool = False,
     ) -> Run:
-        """Open the ledger row and take the collection's lock (a dry run does neither)."""
+        """Open the ledger row and take the collection's lock (a dry run does neither). A run that switches
+        the collection's model may be asked for another model than the active set's."""
         check_collection_name(collection)
         url = db.database_url(settings)
         conn = db.connect(url)
         try:
             coll = store.get_collection(conn, collection)
-            key = embedding_model(settings, coll)
+            key = (
+                coll.vectors.model
+                if switching_model and coll and coll.vectors
+                else embedding_model(settings, coll)
+            )
             if dry_run:
                 coll_id, run_id = (coll.id if coll else None), None
             else:
                 dim = model_dim(settings.model) if coll is None else 0
-                coll = store.ensure_collection(conn, collection, profile=profile.as_json(), model=key, dim=dim)
+                coll = store.ensure_collection(
+                    conn, collection, profile=profile.as_json(), model=key, dim=dim
+                )
                 coll_id = coll.id
                 if not store.lock_collection(conn, coll_id, wait=lock_wait):
                     raise TransientError(
@@ -271,7 +279,9 @@ class Run:
         todo = self.resume(files)
         if not self.ctx.dry_run and store.bulk_load_pays(self.conn, _expected_chunks(todo)):
             assert self.ctx.vectors is not None
-            store.drop_search_indexes(self.conn, self.ctx.vectors)  # a large first load: built once in finish()
+            store.drop_search_indexes(
+                self.conn, self.ctx.vectors
+            )  # a large first load: built once in finish()
         done = len(files) - len(todo)
         self.progress.advance("files", done)
         for stage in ("load", "normalize", "chunk", "store"):
@@ -323,6 +333,13 @@ class Run:
                     continue
             todo.append(p)
         return todo
+
+    def switch_model(self, key: str, *, batch: int) -> None:
+        """Embed every chunk into a new set of embedding key `key` and make it the one search reads."""
+        from pipeline.reembed import switch_model
+
+        progress = self.progress if self.executor.live_progress else None
+        self.add(self.executor.step(switch_model, self.ctx, key, batch, progress))
 
     def prune_missing(self, roots: Sequence[str], *, soft: bool) -> None:
         """Delete rows of documents under `roots` that this run did not see."""
@@ -376,9 +393,16 @@ def embedding_model(settings: Settings, coll: Collection | None) -> str:
     key = key_for(settings)
     if coll is None or coll.vectors is None:
         return key
-    asked = settings.model_fields_set
-    explicit = "model" in asked or ("embed_backend" in asked and settings.embed_backend != "auto")
-    if explicit and key != coll.vectors.model:
+    asked, (model, backend), (stored_model, stored_backend) = (
+        settings.model_fields_set,
+        split_key(key),
+        split_key(coll.vectors.model),
+    )
+    other_model = "model" in asked and model != stored_model
+    other_backend = (
+        "embed_backend" in asked and settings.embed_backend != "auto" and backend != stored_backend
+    )
+    if other_model or other_backend:
         raise ConfigError(
             f"collection {coll.name!r} is embedded with {coll.vectors.model}, and this run asks for {key}; "
             f"to move it to the new model while search keeps serving the old one, run "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import psycopg
+
 from pipeline import db, store
 from pipeline.config import Settings
 from pipeline.errors import ConfigError
@@ -25,13 +27,23 @@ def search(
 
         prefetch(settings)  # the model loads while the database answers
     with db.connection(db.database_url(settings)) as conn:
-        if (coll := store.get_collection(conn, collection)) is None:
-            raise ConfigError(
-                f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first"
-            )
-        vec = None
-        if mode != "fulltext":
-            from pipeline.embed import query_embedder  # the collection's backend: OpenVINO needs no torch
+        for attempt in range(3):
+            if (coll := store.get_collection(conn, collection)) is None:
+                raise ConfigError(
+                    f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first"
+                )
+            vec = None
+            if mode != "fulltext":
+                from pipeline.embed import query_embedder  # the collection's backend: OpenVINO needs no torch
 
-            vec = query_embedder(coll.embed_model, settings).encode([query])[0]
-        return store.search(conn, collection, vec, k=k, query_text=query, mode=mode, with_parent=with_parent)
+                vec = query_embedder(coll.embed_model, settings).encode([query])[0]
+            try:
+                return store.search(
+                    conn, collection, vec, k=k, query_text=query, mode=mode, with_parent=with_parent
+                )
+            except psycopg.errors.DataException as exc:
+                conn.rollback()
+                if "is embedded with" not in str(exc) or attempt == 2:
+                    raise
+                # the collection switched models between reading its model and searching: embed again
+    raise AssertionError("unreachable")

@@ -253,7 +253,12 @@ def model_max_tokens(model: str = DEFAULT_MODEL) -> int:
     """Word pieces of content the model reads before it truncates (max_seq_length minus specials)."""
     import json
 
-    cfg = Path(model_path(model)) / "sentence_bert_config.json"
-    if cfg.exists():
-        return int(json.loads(cfg.read_text())["max_seq_length"]) - MODEL_SPECIAL_TOKENS
+    folder = Path(model_path(model))
+    # sentence-transformers writes the limit in one of these, depending on its version
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length"),
+                      ("config.json", "max_position_embeddings")):  # fmt: skip
+        f = folder / name
+        value = json.loads(f.read_text()).get(key) if f.exists() else None
+        if isinstance(value, int) and 0 < value < 1_000_000:  # tokenizers say 1e30 for "no limit"
+            return value - MODEL_SPECIAL_TOKENS
     return 512 - MODEL_SPECIAL_TOKENS

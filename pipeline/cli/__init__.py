@@ -234,13 +234,32 @@ def reindex(
     ] = None,
     strategy: StrategyOpt = None,
     param: ParamOpt = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Move the collection to this embedding model (search serves the old one until done)."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="With --model: count the vectors needed and cached, write nothing."),
+    ] = False,
     workers: _Workers = 0,
     dask_address: _DaskAddress = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Re-chunk and re-embed a collection from its source files after a profile or CHUNKYARD_MODEL change."""
+    """Re-chunk and re-embed a collection from its source files after a profile change; with --model, embed
+    its chunks with another model and switch to it in one transaction when complete."""
+    if model is not None and (profile or strategy):
+        raise typer.BadParameter("--model keeps the chunks: change the profile in a run of its own")
+    if dry_run and model is None:
+        raise typer.BadParameter(
+            "--dry-run goes with --model here (`chunkyard ingest --dry-run` plans a re-chunk)"
+        )
     prof = _profile(profile, strategy, param) if (profile or strategy) else None
     params = {"collection": collection, "profile": prof.as_json() if prof else None}
+    if model is not None:
+        params = {"collection": collection, "model": model, "dry_run": dry_run}
     _run(_flow("reindex", params, workers=workers, dask_address=dask_address), as_json=as_json)
 
 
