@@ -18,6 +18,7 @@ from pipeline.model import (
 )
 from pipeline.store.bulk import copy_chunks, document_metadata
 
+
 def as_array(v) -> np.ndarray:
     """A stored vector as float32 numpy (pgvector returns Vector objects in recent versions)."""
     return np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32)

@@ -78,7 +78,8 @@ def write_vectors(conn: psycopg.Connection, set_id: int, rows: Iterable[tuple[in
     with conn.transaction():
         ids = [i for i, _ in rows]
         live = {
-            r[0] for r in conn.execute("SELECT id FROM chunks WHERE id = ANY(%s) FOR KEY SHARE", (ids,)).fetchall()
+            r[0]
+            for r in conn.execute("SELECT id FROM chunks WHERE id = ANY(%s) FOR KEY SHARE", (ids,)).fetchall()
         }
         copy_vectors(conn, set_id, ((i, v) for i, v in rows if i in live))
 
@@ -122,11 +123,15 @@ def activate_set(conn: psycopg.Connection, set_id: int) -> None:
 def drop_set(conn: psycopg.Connection, set_id: int, *, lock_timeout: str = "2s") -> bool:
     """Drop a set no search reads; False when searches still held it after `lock_timeout` (tried again later)."""
     with conn.transaction():
-        done = conn.execute("SELECT chunkyard_drop_embedding_set(%s, %s)", (set_id, lock_timeout)).fetchone()[0]
+        done = conn.execute("SELECT chunkyard_drop_embedding_set(%s, %s)", (set_id, lock_timeout)).fetchone()[
+            0
+        ]
     return bool(done)
 
 
-def drop_retired_sets(conn: psycopg.Connection, collection_id: int, *, building_not_of: str | None = None) -> int:
+def drop_retired_sets(
+    conn: psycopg.Connection, collection_id: int, *, building_not_of: str | None = None
+) -> int:
     """Drop the collection's retired sets (and, with `building_not_of`, a building set of another model: a
     switch to a new model gives up one to an older choice); returns how many went."""
     rows = conn.execute(
