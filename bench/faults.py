@@ -110,7 +110,8 @@ def snapshot(url: str) -> dict:
         ).fetchall()
         chunks = c.execute(
             """SELECT d.source_uri, s.ordinal, k.ordinal, k.char_start, k.char_end, k.text, k.context,
-                      k.embed_hash, k.token_count, k.embedding IS NOT NULL
+                      k.embed_hash, k.token_count,
+                      EXISTS (SELECT 1 FROM chunk_embeddings e WHERE e.chunk_id = k.id)
                FROM chunks k JOIN documents d ON d.id = k.document_id JOIN sections s ON s.id = k.section_id"""
         ).fetchall()
         contract = c.execute(

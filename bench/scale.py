@@ -81,14 +81,14 @@ def build(conn: psycopg.Connection, n_chunks: int, pool: list[str]) -> dict:
     coll = store.ensure_collection(conn, "scale", profile={"bench": True}, model=MODEL, dim=DIM)
     rng = np.random.default_rng(12)
     n_docs = n_chunks // CHUNKS_PER_DOC
-    store.drop_search_indexes(conn)
+    store.drop_search_indexes(conn, coll.vectors.id)
     gen = load = 0.0
     for start in range(0, n_docs, DOCS_PER_TXN):
         t0 = time.perf_counter()
         docs, vectors = make_docs(rng, pool, min(DOCS_PER_TXN, n_docs - start), f"d{start}")
         t1 = time.perf_counter()
         store.write_documents(
-            conn, collection_id=coll.id, docs=docs, vectors=vectors, model=MODEL, run_id=None
+            conn, collection_id=coll.id, docs=docs, vectors=vectors, set_id=coll.vectors.id, run_id=None
         )
         load += time.perf_counter() - t1
         gen += t1 - t0
@@ -96,12 +96,13 @@ def build(conn: psycopg.Connection, n_chunks: int, pool: list[str]) -> dict:
             print(f"  {start * CHUNKS_PER_DOC:>9} chunks  {start * CHUNKS_PER_DOC / max(load, 1e-9):,.0f} rows/s",
                   file=sys.stderr)  # fmt: skip
     t0 = time.perf_counter()
-    built = store.ensure_search_indexes(conn, maintenance_work_mem="4GB")
+    built = store.ensure_search_indexes(conn, [coll.vectors.id], maintenance_work_mem="4GB")
     t_index = time.perf_counter() - t0
     t0 = time.perf_counter()
-    store.refresh_fts_stats(conn, coll.id)
+    store.refresh_fts_stats(conn, coll.id, [coll.vectors.id])
     t_fts = time.perf_counter() - t0
     conn.execute("VACUUM ANALYZE chunks")
+    conn.execute(f"VACUUM ANALYZE chunk_vectors_{coll.vectors.id}")
     conn.execute("VACUUM ANALYZE documents")
     conn.execute("VACUUM ANALYZE sections")
     return {"bulk_load_s": round(load, 2), "generate_s": round(gen, 2), "index_build_s": round(t_index, 2),
@@ -119,7 +120,7 @@ def incremental(conn: psycopg.Connection, pool: list[str], n_docs: int = 100) ->
         plan = SectionPlan(new=list(range(len(d.doc.sections))))
         store.write_document(conn, collection_id=coll.id, doc=d.doc, chunk_key=d.chunk_key,
                              fingerprints=d.fingerprints, plan=plan, new_chunks=d.chunks, vectors=vectors,
-                             model=MODEL, run_id=None)  # fmt: skip
+                             set_id=coll.vectors.id, run_id=None)  # fmt: skip
     took = time.perf_counter() - t0
     store.drop_collection(conn, "scale_incremental")
     return n_docs * CHUNKS_PER_DOC / took
@@ -174,7 +175,7 @@ def sizes(conn: psycopg.Connection) -> dict[str, float]:
         """SELECT c.relname, pg_relation_size(c.oid) + coalesce(pg_total_relation_size(NULLIF(c.reltoastrelid, 0)), 0)
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
            WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'i')
-             AND c.relname ~ '^(chunks|documents|sections|embedding_cache|fts_)'"""
+             AND c.relname ~ '^(chunks|chunk_vectors|documents|sections|embedding_cache|fts_)'"""
     ).fetchall()
     conn.commit()
     return {name: round(b / 2**20, 1) for name, b in sorted(rows) if b > 0}
