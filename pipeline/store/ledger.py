@@ -145,7 +145,12 @@ def record_error(conn: psycopg.Connection, run_id: int, source_uri: str, stage: 
 def status(conn: psycopg.Connection, *, runs: int = 5) -> dict:
     """Collections with their counts and profiles, and the last runs."""
     cols = conn.execute(
-        """SELECT c.name, c.model, c.profile, c.updated_at,
+        """SELECT c.name,
+                  coalesce((SELECT s.model || ' (' || s.dim || 'd)' FROM embedding_sets s
+                            WHERE s.collection_id = c.id AND s.status = 'active'), c.model)
+                  || coalesce((SELECT ', switching to ' || s.model FROM embedding_sets s
+                               WHERE s.collection_id = c.id AND s.status = 'building'), ''),
+                  c.profile, c.updated_at,
                   (SELECT count(*) FROM documents d WHERE d.collection_id = c.id AND d.deleted_at IS NULL),
                   (SELECT count(*) FROM sections s JOIN documents d ON d.id = s.document_id
                     WHERE d.collection_id = c.id AND d.deleted_at IS NULL),
