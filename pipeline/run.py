@@ -380,10 +380,28 @@ class Run:
         )
 
     def _close_ledger(self, conn: psycopg.Connection) -> None:
-        """The end of a run in the database: BM25 statistics, the ledger row, the lock released."""
+        """The end of a run in the database: BM25 statistics, chunk quality, the ledger row, the lock released."""
         store.refresh_fts_stats(conn, self.ctx.collection_id, [self.ctx.vectors] if self.ctx.vectors else [])
+        self._measure_quality(conn)
         self._write_ledger(conn)
         store.unlock_collection(conn, self.ctx.collection_id)
+
+    def _measure_quality(self, conn: psycopg.Connection) -> None:
+        """Chunk quality of the collection as this run leaves it, on its ledger row (runs.quality), measured
+        under the run's lock; a figure that cannot be computed is logged, never fails the run."""
+        assert self.ctx.run_id is not None and self.ctx.collection_id is not None
+        try:
+            with self.stats.timed("quality"):
+                store.record_quality(
+                    conn,
+                    self.ctx.run_id,
+                    self.ctx.collection_id,
+                    carry_over=not store.quality_changed(self.stats.counts),
+                )
+        except psycopg.OperationalError:
+            raise  # the database went away: _with_conn waits for it and closes the ledger again
+        except psycopg.Error as exc:
+            log.warning("run %s: chunk quality not recorded (%s)", self.ctx.run_id, _first_line(exc))
 
 
 def embedding_model(settings: Settings, coll: Collection | None) -> str:

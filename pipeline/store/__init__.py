@@ -38,6 +38,8 @@ from pipeline.store.ledger import (
     status,
     unlock_collection,
 )
+from pipeline.store.quality import changed as quality_changed
+from pipeline.store.quality import quality_report, record_quality
 from pipeline.store.reads import SEARCH_MODES, Hit, SearchMode, collection_chunks, collection_texts, search
 from pipeline.store.vectors import (
     activate_set,
@@ -55,7 +57,7 @@ __all__ = [
     "SEARCH_MODES", "Hit", "NewDocument", "SearchMode", "bulk_load_pays", "bulk_mode", "drop_search_indexes",
     "ensure_search_indexes", "write_documents", "as_array", "cache_lookup", "cache_store",
     "chunk_spans", "document_texts", "record_eval", "collection_chunks", "collection_texts", "drop_collection", "ensure_collection", "finish_run",
-    "get_collection", "lock_collection", "prune", "recount_fts_stats", "record_error", "refresh_fts_stats", "run_errors", "search",
+    "get_collection", "lock_collection", "prune", "quality_changed", "quality_report", "record_quality", "recount_fts_stats", "record_error", "refresh_fts_stats", "run_errors", "search",
     "source_uris", "start_run", "status", "stored_documents", "stored_sections", "unlock_collection",
     "write_document", "activate_set", "cache_coverage", "create_set", "drop_retired_sets", "drop_set",
     "embedding_sets", "missing_vectors", "set_progress", "write_vectors",
