@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -208,3 +209,93 @@ def chunks(file: Path, doc_type: str, sections: int, rows: list[dict], chunker_l
             highlight=False,
         )
         out.print("  " + r["text"].replace("\n", "\n  "), highlight=False, markup=False)
+
+
+def quality(report: list[dict], *, collection: str | None = None) -> None:
+    """Chunk quality per collection: figures per document type with the change from the previous run,
+    a token histogram per type, and the large shifts (`chunkyard status --quality`)."""
+    from pipeline.store.quality import FIGURES, HISTOGRAM_EDGES, histogram_distance
+
+    if not report:
+        where = f"collection {collection!r}" if collection else "any collection"
+        out.print(f"no quality figures for {where} yet: they are measured at the end of every run")
+        return
+    for rep in report:
+        now, before = rep["types"], rep["previous"]
+        prev = rep["previous_run_id"]
+        title = f"chunk quality · {rep['collection']} · run {rep['run_id']} ({rep['kind']}, {rep['status']})"
+        out.print(f"[bold]{escape(title)}" + (f" vs run {prev}" if prev else " · first measured run") + "[/]")
+        t = Table()
+        t.add_column("figure", style="bold", no_wrap=True)
+        for name in now:
+            t.add_column(name, justify="right")
+        flagged = {(s["doc_type"], s["figure"]) for s in rep["shifts"]}
+        for key, label, how in FIGURES:
+            cells = []
+            for name, f in now.items():
+                p = before.get(name)
+                cell = _figure(f.get(key), how)
+                cell = f"[red]{cell} ![/]" if (name, key) in flagged else cell
+                cells.append(cell + _change(f.get(key), p.get(key) if p else None, how))
+            t.add_row(label, *cells)
+        out.print(t)
+        edges = list(HISTOGRAM_EDGES)
+        out.print(
+            "chunks per token bucket (a column counts from its own size up to the next)"
+            + ("; moved: the share of chunks in another bucket than in the previous run" if prev else ""),
+            highlight=False,
+        )
+        h = Table(
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            padding=(0, 0, 0, 1),
+        )
+        h.add_column("type", style="bold", no_wrap=True, min_width=8)
+        for col in [f"<{edges[0]}", *map(str, edges[:-1]), f"{edges[-1]}+"]:
+            h.add_column(col, justify="right", no_wrap=True)
+        if prev:
+            h.add_column("moved", justify="right", no_wrap=True)
+        for name, f in now.items():
+            row = [str(n) for n in f.get("histogram") or []]
+            p = before.get(name)
+            if prev:
+                moved = (
+                    f"{histogram_distance(p['histogram'], f['histogram']):.0%}"
+                    if p and p.get("histogram")
+                    else "-"
+                )
+                row.append(f"[red]{moved} ![/]" if (name, "histogram") in flagged else moved)
+            h.add_row(name, *row)
+        out.print(h)
+        if not prev:
+            out.print("first run with figures: nothing to compare yet")
+        for s in rep["shifts"]:
+            label = dict((k, lab) for k, lab, _ in FIGURES).get(s["figure"], s["figure"])
+            out.print(
+                f"[yellow]shift[/]: {escape(s['doc_type'])} {escape(label)}: {escape(s['why'])}",
+                highlight=False,
+            )
+        if prev and not rep["shifts"]:
+            out.print(f"no large shifts since run {prev}")
+
+
+def _figure(v: float | None, how: str) -> str:
+    if v is None:
+        return "-"
+    if how == "share":
+        return f"{v:.1%}" if v == 0 or v >= 0.001 else f"{v:.3%}"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _change(v: float | None, p: float | None, how: str) -> str:
+    """The change from the previous run, dim, on a line of its own: points for shares, per cent for means,
+    the difference for counts."""
+    if v is None or p is None or v == p:
+        return ""
+    if how == "share":
+        d = f"{(v - p) * 100:+.1f}pt"
+    elif how == "relative" and p:
+        d = f"{(v - p) / p:+.0%}"
+    else:
+        d = f"{v - p:+g}"
+    return f"\n[dim]{d}[/]"

@@ -60,11 +60,30 @@ def search(
 @app.command()
 def status(
     runs: Annotated[int, typer.Option(help="How many recent runs to show.")] = 5,
+    quality: Annotated[
+        bool,
+        typer.Option(
+            "--quality",
+            help="Chunk quality of each collection's last run (per document type), the change from the run "
+            "before, and the shifts past their thresholds.",
+        ),
+    ] = False,
+    collection: Annotated[
+        str | None, typer.Option("--collection", "-c", help="Only this collection (with --quality).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Collections with document/section/chunk counts and profiles, and the last runs."""
     from pipeline import db, store
 
+    if quality:
+        with db.connection(db.database_url()) as conn:
+            report = store.quality_report(conn, collection)
+        if as_json:
+            out.print_json(json.dumps(report, default=str))
+        else:
+            console.quality(report, collection=collection)
+        return
     with db.connection(db.database_url()) as conn:
         st = store.status(conn, runs=runs)
     if as_json:
