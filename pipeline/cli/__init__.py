@@ -285,7 +285,7 @@ def serve(
     cron: Annotated[str | None, typer.Option(help="Cron schedule, e.g. '*/15 * * * *'.")] = None,
     name: Annotated[str | None, typer.Option(help="Deployment name (default ingest-COLLECTION).")] = None,
     sources: Annotated[
-        Path | None, typer.Option(help="TOML file of [[source]] tables (paths, collection, every|cron).")
+        Path | None, typer.Option(help="TOML file of [[source]] (ingest) and [[eval]] tables (every|cron).")
     ] = None,
     profile: ProfileOpt = None,
     strategy: StrategyOpt = None,
