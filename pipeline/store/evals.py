@@ -84,4 +84,3 @@ def record_eval(
             [row[c] for c in cols],
         )
     return verdict
-
