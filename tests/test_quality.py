@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from pipeline import store
-from pipeline.config import FixedConfig, Profile
+from pipeline.config import FixedConfig, Profile, Settings
 from pipeline.ingest import run_ingest
 from pipeline.store.quality import (
     HISTOGRAM_EDGES,
@@ -238,6 +238,16 @@ def test_a_reader_sees_the_figures_of_its_collections_only(tmp_path, settings, c
         run_ingest([d], settings=settings, collection=name)
     tenant = login("chunkyard_reader")
     conn.execute("SELECT chunkyard_grant('a', %s)", (tenant,))
+    # the pipeline as chunkyard_writer measures and records its run
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    d = conninfo_to_dict(database_url)
+    d["user"] = login("chunkyard_writer")
+    (tmp_path / "a" / "more.md").write_text("# More\n\nAnother note about the letter a.\n")
+    _, run_id, _ = run_ingest(
+        [tmp_path / "a"], settings=Settings(database_url=make_conninfo(**d)), collection="a"
+    )
+    assert _figures(conn, run_id)["all"]["documents"] == 2
     conn.execute("SELECT chunkyard_enable_rls()")
     with as_role(database_url, tenant) as c:
         seen = {r[0] for r in c.execute("SELECT DISTINCT collection FROM chunkyard_run_quality")}
