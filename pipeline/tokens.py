@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import threading
+from array import array
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -169,6 +170,7 @@ class ModelCounter:
             and type(self._fast.normalizer).__name__ == "BertNormalizer"
             and type(self._fast.model).__name__ == "WordPiece"
         )
+        self._py = _AsciiWordPieces.of(self._fast) if self._bert else None
 
     def count(self, text: str) -> int:
         return len(self._fast.encode(text, add_special_tokens=False))
@@ -181,6 +183,13 @@ class ModelCounter:
     def encode_offsets(self, text: str) -> Offsets:
         return list(self._fast.encode(text, add_special_tokens=False).offsets)
 
+    def count_fast(self, text: str) -> int:
+        """`count`, in Python where that is exact and faster (printable ASCII under a BERT tokenizer)."""
+        py = self._py
+        if py is not None and py.handles(text):
+            return py.count(text)
+        return len(self._fast.encode(text, add_special_tokens=False))
+
     def word_pieces(self, text: str) -> WordPieces | None:
         """Offsets and word ids of text's word pieces, or None where a span's count cannot be read off them.
 
@@ -192,6 +201,91 @@ class ModelCounter:
             return None
         enc = self._fast.encode(text, add_special_tokens=False)
         return [s for s, _ in enc.offsets], [e for _, e in enc.offsets], list(enc.word_ids)
+
+
+#: What the Python word-piece count leaves to the tokenizer: anything but printable ASCII, tab and newlines
+#: (control characters are dropped by BERT's normalizer, so they join the words around them).
+_NOT_PLAIN_ASCII = re.compile(r"[^\t\n\r -~]")
+
+
+class _AsciiWordPieces:
+    """BERT word pieces of printable-ASCII text, counted in Python exactly as the Rust tokenizer counts them.
+
+    On such text BERT's normalizer only lowercases (accents, CJK and control characters do not occur), its
+    pre-tokenizer makes each run of letters and digits a word and each other printable character a word of
+    its own, and WordPiece cuts a word greedily into the longest vocabulary entries ("##" after the first),
+    or gives one [UNK] for the whole word if a piece is missing or the word is too long. A text that holds
+    one of the tokenizer's added tokens ("[MASK]") is left to the tokenizer, which matches those first.
+    The counts of words are remembered (a word is counted once per process, up to a bound).
+    """
+
+    _MEMO_LIMIT = 1 << 18
+
+    def __init__(self, vocab: dict[str, int], prefix: str, max_chars: int, lowercase: bool, added: list[str]):
+        self._vocab, self._prefix, self._max, self._lower = vocab, prefix, max_chars, lowercase
+        self._words = re.compile(
+            r"[a-z0-9]+|[!-/:-@\[-`{-~]" if lowercase else r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]"
+        )
+        self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
+        self._added_other = any(not a.startswith("[") for a in added)  # BERT's are all "[...]"
+        self._memo: dict[str, int] = {}
+
+    @classmethod
+    def of(cls, tok) -> _AsciiWordPieces | None:  # noqa: ANN001 - a tokenizers.Tokenizer
+        """The counter for a BERT-style tokenizer, or None where its settings are not the ones handled."""
+        import json
+
+        cfg = json.loads(tok.to_str())
+        norm, model = cfg.get("normalizer") or {}, cfg.get("model") or {}
+        if norm.get("type") != "BertNormalizer" or model.get("type") != "WordPiece":
+            return None
+        if not isinstance(model.get("vocab"), dict) or not model.get("unk_token"):
+            return None
+        # added tokens are matched in the raw text (normalized=False) or the lowercased one: texts are
+        # searched lowercased, for every case at once
+        added = [a["content"].lower() for a in cfg.get("added_tokens") or [] if a.get("content")]
+        return cls(
+            dict(model["vocab"]),
+            str(model.get("continuing_subword_prefix") or "##"),
+            int(model.get("max_input_chars_per_word") or 100),
+            bool(norm.get("lowercase", True)),
+            sorted(set(added)),
+        )
+
+    def handles_added(self, text: str) -> bool:
+        """Whether text holds none of the tokenizer's added tokens, in any case."""
+        if self._added is None or "[" not in text and not self._added_other:
+            return True
+        return self._added.search(text.lower()) is None
+
+    def handles(self, text: str) -> bool:
+        """Whether `count` is exact for text."""
+        return text.isascii() and _NOT_PLAIN_ASCII.search(text) is None and self.handles_added(text)
+
+    def count(self, text: str) -> int:
+        memo, n = self._memo, 0
+        for w in self._words.findall(text.lower() if self._lower else text):
+            c = memo.get(w)
+            if c is None:
+                if len(memo) >= self._MEMO_LIMIT:
+                    memo.clear()
+                c = memo[w] = self._word(w)
+            n += c
+        return n
+
+    def _word(self, w: str) -> int:
+        if len(w) > self._max:
+            return 1
+        vocab, prefix, n, start, size = self._vocab, self._prefix, 0, 0, len(w)
+        while start < size:
+            end = size
+            while end > start and (w[start:end] if start == 0 else prefix + w[start:end]) not in vocab:
+                end -= 1
+            if end == start:
+                return 1  # one [UNK] for the whole word
+            n += 1
+            start = end
+        return n
 
 
 class CharCounter:
@@ -246,6 +340,153 @@ def counter(unit: Unit, model: str = DEFAULT_MODEL) -> Counter:
 def model_counter(model: str = DEFAULT_MODEL) -> ModelCounter:
     """The model's word-piece counter, typed as such (its `word_pieces` is not part of `Counter`)."""
     return cast(ModelCounter, counter("model", model))
+
+
+#: Offsets of a text where counts add up, with the unit and model counts before each (see `SpanIndexer`).
+SpanIndex = tuple["array[int]", "array[int]", "array[int]"]
+
+
+class SpanIndexer:
+    """Counts of every span of a text between two "safe" offsets, from ONE tiktoken pass and no model call.
+
+    A safe offset is a token boundary where tiktoken's pre-tokenizer (cl100k/o200k regex) and BERT's both
+    cut, whatever the text around: before a space that follows a non-space (letter runs, number groups and
+    punctuation runs all end there, and the space starts the next piece), after a newline that a non-space
+    follows (a newline ends every piece it is in), and between an ASCII letter or digit and ASCII
+    punctuation or whitespace (a letter run or number group ends; BERT cuts at both). Neither tokenizer
+    then merges across the offset and nothing before or after it changes how the text between is cut, so
+    the count of text[a:b] between safe offsets is a difference of prefix sums over the whole text.
+
+    The unit count is the index of the whole-text token at the offset. The model's word pieces come from the
+    same tokens: a printable-ASCII token that shares no BERT word with its neighbours counts what its text
+    counts alone, from a table over the vocabulary; tokens that do share a word ("photos" + "ynthesis",
+    "201" + "4"), and tokens with other characters, are counted together, their text at once. Characters
+    are never classified by a Unicode table whose version could differ from the tokenizers' own: a
+    non-ASCII character next to a join or an offset counts as a word character and never makes it safe.
+    tests/test_chunkers.py checks the counts against the tokenizers on awkward text.
+    """
+
+    #: Joined tokens' texts counted so far (bounded): a multi-token word or a year is counted once.
+    _MEMO_LIMIT = 1 << 16
+
+    def __init__(self, tik: TiktokenCounter, model: ModelCounter) -> None:
+        import numpy as np
+
+        py = model._py
+        assert py is not None
+        self._tik, self._model, self._np = tik, model, np
+        n = tik._enc.max_token_value + 1
+        blen, first, last, wp = [0] * n, [0] * n, [0] * n, [0] * n
+        plain = [False] * n  # printable ASCII (with tab and newlines): counted from the table
+        words, lower, memo, word = py._words.findall, py._lower, py._memo, py._word
+        for b, i in tik._enc._mergeable_ranks.items():
+            if not b:
+                continue
+            blen[i], first[i], last[i] = len(b), b[0], b[-1]
+            if b.isascii() and py.handles(t := b.decode("ascii")):
+                plain[i] = True
+                c = 0
+                for w in words(t.lower() if lower else t):
+                    k = memo.get(w)
+                    if k is None:
+                        k = memo[w] = word(w)
+                    c += k
+                wp[i] = c
+        space = np.array([chr(c).isspace() for c in range(128)] + [False] * 128)
+        surely_text = (np.arange(256) < 128) & ~space  # an ASCII character that is no whitespace
+        bert_ws = np.isin(np.arange(256), [9, 10, 13, 32])
+        punct = np.array([33 <= c < 127 and not chr(c).isalnum() for c in range(256)])
+        run = ~bert_ws & ~punct  # letters, digits, control characters and every byte of a non-ASCII one
+        alnum = np.array([c < 128 and chr(c).isalnum() for c in range(256)])
+        # Flags of a token's first and last byte; a bit set in both of two neighbours means (see `index`):
+        # 1: a space after a non-space, 2: a non-space after a newline, 8: punctuation or whitespace after
+        # a letter or digit (each a safe offset between them); 4: both are word characters (they join).
+        byte = np.arange(256)
+        first_flags = (byte == 32) * 1 + surely_text * 2 + run * 4 + (bert_ws | punct) * 8
+        last_flags = surely_text * 1 + (byte == 10) * 2 + run * 4 + alnum * 8
+        self._first = first_flags.astype(np.uint8)[np.array(first, np.uint8)]
+        self._last = last_flags.astype(np.uint8)[np.array(last, np.uint8)]
+        self._blen = np.array(blen, np.int64)
+        self._wp = np.where(np.array(plain), np.array(wp, np.int64), -1)  # -1: not printable ASCII
+        self._memo: dict[str, int] = {}
+
+    def clear_memo(self) -> None:
+        """Forget the texts counted so far (a benchmark starts each run cold)."""
+        self._memo.clear()
+        if self._model._py is not None:
+            self._model._py._memo.clear()
+
+    def index(self, text: str) -> SpanIndex | None:
+        """Safe offsets of text (0 and len(text) included), and unit and model counts before each; None if
+        the text holds one of the model's added tokens (the tokenizer matches those across words)."""
+        np, py = self._np, self._model._py
+        if py is None or not py.handles_added(text):
+            return None
+        ids = self._tik._enc.encode_to_numpy(text, disallowed_special=())  # encode_ordinary, as an array
+        n = len(ids)
+        if n == 0:
+            return array("q", [0, len(text)]), array("q", [0, 0]), array("q", [0, 0])
+        both = self._last[ids[:-1]] & self._first[ids[1:]]  # flags set on both sides of each join
+        join = (both & 4) != 0  # token k-1 and k share a BERT word
+        wp = self._wp[ids]
+        alone = wp >= 0
+        alone[1:] &= ~join
+        alone[:-1] &= ~join
+        wp[~alone] = 0
+        ends = np.cumsum(self._blen[ids])
+        to_chars = None
+        if not text.isascii():  # byte offsets to character offsets
+            cp = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+            char_ends = np.cumsum(1 + (cp >= 0x80) + (cp >= 0x800) + (cp >= 0x10000))
+
+            def to_chars(x):  # noqa: ANN001, ANN202 - numpy arrays
+                return np.searchsorted(char_ends, x, side="right")
+
+        todo = np.flatnonzero(~alone)
+        if len(todo):
+            # groups of tokens counted together: runs of consecutive ones that are joined
+            cut = np.ones(len(todo), bool)
+            cut[1:] = (todo[1:] != todo[:-1] + 1) | ~join[np.maximum(todo[1:] - 1, 0)]
+            starts = todo[cut]
+            stops = np.append(todo[np.flatnonzero(cut)[1:] - 1], todo[-1]) + 1
+            lo = np.where(starts > 0, ends[np.maximum(starts - 1, 0)], 0)
+            hi = ends[stops - 1]
+            if to_chars is not None:
+                lo, hi = to_chars(lo), to_chars(hi)
+            memo, count, vals = self._memo, self._model.count_fast, []
+            if len(memo) > self._MEMO_LIMIT:
+                memo.clear()
+            for x, y in zip(lo.tolist(), hi.tolist(), strict=True):
+                piece = text[x:y]
+                c = memo.get(piece)
+                if c is None:
+                    c = memo[piece] = count(piece)
+                vals.append(c)
+            wp[starts] = vals
+        safe = (both & 11) != 0
+        k = np.concatenate(([0], np.flatnonzero(safe) + 1, [n]))
+        pos = np.concatenate(([0], ends))[k]
+        if to_chars is not None:
+            pos = to_chars(pos)
+        pos[0], pos[-1] = 0, len(text)
+        wcum = np.concatenate(([0], np.cumsum(wp)))[k]
+        return tuple(array("q", x.astype(np.int64).tobytes()) for x in (pos, k, wcum))  # type: ignore[return-value]
+
+
+def span_indexer(unit: Unit, model: str = DEFAULT_MODEL) -> SpanIndexer | None:
+    """The indexer for a tiktoken unit and a BERT-style model (cached), else None."""
+    if unit not in ("cl100k_base", "o200k_base"):
+        return None
+    return _span_indexer(unit, model)
+
+
+@lru_cache(maxsize=4)
+def _span_indexer(unit: Unit, model: str) -> SpanIndexer | None:
+    tik, mc = counter(unit, model), model_counter(model)
+    if not isinstance(tik, TiktokenCounter) or mc._py is None:
+        return None
+    with _LOAD_LOCK:
+        return SpanIndexer(tik, mc)
 
 
 @lru_cache(maxsize=4)

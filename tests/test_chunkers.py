@@ -352,6 +352,98 @@ def test_word_pieces_read_off_the_section_are_exact(text, data):
         assert m.model(a, b) == counter("model").count(text[a:b]), (a, b, text[a:b])
 
 
+#: Pieces of awkward text for the span index: words tiktoken cuts in several tokens, numbers it cuts in
+#: threes, contractions, runs of spaces and newlines, punctuation runs, accents, CJK, non-breaking and
+#: control characters, an added token of the model, emoji.
+AWKWARD = [
+    "a",
+    "Ab",
+    " the",
+    " photosynthesis",
+    "2014",
+    "123456",
+    "'s",
+    "'LL",
+    " don't",
+    "x1",
+    "e.g.",
+    "...",
+    " ",
+    "  ",
+    "\n",
+    "\n\n",
+    "\t",
+    " \n ",
+    ".\n\n",
+    ",",
+    "(",
+    ")",
+    "[",
+    "]",
+    "#",
+    "-",
+    "--",
+    '"',
+    "é",
+    "e\u0301",
+    "Straße",
+    "長城",
+    "。",
+    "\u00a0",
+    "\u3000",
+    "\x0b",
+    "\x0c",
+    "\x01",
+    "\x1c",
+    "\u200b",
+    "[MASK]",
+    "[mask]",
+    "🙂",
+    "İ",
+    "\u2019",
+    "naïve",
+    "GSK3β",
+    "x" * 120,
+]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(parts=st.lists(st.sampled_from(AWKWARD), max_size=60), data=st.data())
+def test_span_index_counts_are_the_tokenizers_own(parts, data):
+    """Counts read off one tokenization (`tokens.SpanIndexer`) equal counting the span on its own."""
+    text = "".join(parts)
+    unit, model = counter("cl100k_base"), counter("model")
+    idx = tokens.span_indexer("cl100k_base").index(text)
+    if idx is not None:
+        pos, units, pieces = idx
+        assert pos[0] == 0 and pos[-1] == len(text) and list(pos) == sorted(pos)
+        for _ in range(10):
+            i = data.draw(st.integers(0, len(pos) - 1))
+            j = data.draw(st.integers(i, len(pos) - 1))
+            span = text[pos[i] : pos[j]]
+            assert units[j] - units[i] == unit.count(span), (span, i, j)
+            assert pieces[j] - pieces[i] == model.count(span), (span, i, j)
+    assert tokens.model_counter().count_fast(text) == model.count(text)
+    doc = _doc(text, "text")
+    assume(text.strip())
+    m = build(_ADAPTER.validate_python({"kind": "recursive"})).measure(doc, doc.sections[0])
+    for _ in range(10):  # any span: safe offsets inside, the ends counted on their own
+        a = data.draw(st.integers(0, len(text)))
+        b = data.draw(st.integers(a, len(text)))
+        assert m.counts(a, b) == (unit.count(text[a:b]), model.count(text[a:b])), text[a:b]
+
+
+def test_python_word_pieces_match_the_tokenizer_on_its_vocabulary():
+    """The Python WordPiece count agrees with the tokenizer on every vocabulary entry (as a word and
+    glued to another), and leaves texts with added tokens or non-ASCII characters to the tokenizer."""
+    mc = tokens.model_counter()
+    vocab = sorted(tokens.hf_tokenizer().get_vocab())
+    texts = [v for v in vocab if v.isascii()]
+    texts += [a + b.removeprefix("##") for a, b in zip(texts[::7], texts[3::7], strict=False)]
+    assert [mc.count_fast(t) for t in texts] == mc.count_many(texts)
+    assert mc.count_fast("a [MASK] b") == mc.count("a [MASK] b") == 3
+
+
 # ------------------------------------------------------------------------------ model limit
 
 

@@ -16,7 +16,16 @@ from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, Measure, clip_context
 from pipeline.chunkers.spans import Fits, recursive_spans
 from pipeline.config import DEFAULT_MODEL, DEFAULT_SEPARATORS
 from pipeline.model import Chunk, Document, Section, Span, strip_span
-from pipeline.tokens import Counter, ModelCounter, counter, model_counter, model_max_tokens
+from pipeline.tokens import (
+    Counter,
+    ModelCounter,
+    SpanIndex,
+    SpanIndexer,
+    counter,
+    model_counter,
+    model_max_tokens,
+    span_indexer,
+)
 
 #: kind -> class: every strategy, registered by `@register` where it is defined.
 REGISTRY: dict[str, type[Chunker]] = {}
@@ -70,7 +79,11 @@ class Chunker(ABC):
         self.counter: Counter = counter(config.unit, model)
         self.model_counter: ModelCounter = model_counter(model)
         self.model_limit = model_max_tokens(model) if model_limit is None else model_limit
-        self._tls = threading.local()  # the Measure of the section being chunked, per thread
+        # tiktoken unit + BERT-style model: spans counted off one tokenization (a table built with them)
+        self.indexer: SpanIndexer | None = span_indexer(config.unit, model)
+        #: short texts (a word before a cut) counted so far: (unit, model) counts, bounded
+        self.fragments: dict[str, tuple[int, int]] = {}
+        self._tls = threading.local()  # the Measure of the section, the index of the document, per thread
 
     @abstractmethod
     def split(self, doc: Document, section: Section) -> list[Span]:
@@ -119,7 +132,35 @@ class Chunker(ABC):
 
     def chunk_document(self, doc: Document) -> list[tuple[int, list[Chunk]]]:
         """(section index, chunks) for every section of a document."""
-        return [(i, self.chunk(doc, s)) for i, s in enumerate(doc.sections)]
+        return list(self.chunk_sections(doc, range(len(doc.sections))).items())
+
+    def chunk_sections(self, doc: Document, indices: Sequence[int]) -> dict[int, list[Chunk]]:
+        """Chunks of some sections of a document (the pipeline's new ones), their counts from one pass.
+
+        The same chunks as `chunk` gives one section at a time: only the work is shared (the document's
+        span index; a semantic chunker's embeddings).
+        """
+        secs = [doc.sections[i] for i in indices]
+        if self.indexer is not None and len(secs) > 1:
+            lo, hi = min(s.start for s in secs), max(s.end for s in secs)
+            if hi - lo <= 2 * sum(s.end - s.start for s in secs):  # mostly contiguous: index them at once
+                idx = self.indexer.index(doc.text[lo:hi])
+                if idx is not None:
+                    self._tls.index = (doc, lo, hi, idx)
+        try:
+            return {i: self.chunk(doc, doc.sections[i]) for i in indices}
+        finally:
+            self._tls.index = None
+
+    def span_index(self, doc: Document, section: Section) -> tuple[int, SpanIndex] | None:
+        """(offset, index) of a text range holding the section (`SpanIndexer`), or None without one."""
+        if self.indexer is None:
+            return None
+        known = getattr(self._tls, "index", None)
+        if known is not None and known[0] is doc and known[1] <= section.start and section.end <= known[2]:
+            return known[1], known[3]
+        idx = self.indexer.index(doc.text[section.start : section.end])
+        return None if idx is None else (section.start, idx)
 
     def chunk_text(self, text: str, *, title: str = "") -> list[Chunk]:
         """Chunks of a bare string treated as one section (for tests and `chunkyard chunk`)."""
@@ -201,8 +242,9 @@ class Chunker(ABC):
         m = self.measure(doc, section)
         fits = fits or m.fits
         m.prefetch_model(pieces)
-        ucum = [0, *accumulate(m.unit(a, b) for a, b in pieces)]
-        mcum = [0, *accumulate(m.model(a, b) for a, b in pieces)]
+        both = [m.counts(a, b) for a, b in pieces]
+        ucum = [0, *accumulate(u for u, _ in both)]
+        mcum = [0, *accumulate(n for _, n in both)]
         size, mbudget = self.config.size, self.section_model_budget(doc, section)
         n = len(pieces)
         ids = list(item_ids) if item_ids is not None else list(range(n))

@@ -7,13 +7,13 @@ cost is paid once.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from pipeline.model import Document, Section, Span
-from pipeline.tokens import WordPieces, counter
+from pipeline.tokens import SpanIndex, WordPieces, counter
 
 if TYPE_CHECKING:
     from pipeline.chunkers.base import Chunker
@@ -26,9 +26,17 @@ _JOIN_COST = 0
 
 
 class Measure:
-    """Unit and model counts of spans of one section, each span counted once."""
+    """Unit and model counts of spans of one section, each span counted once.
+
+    With a tiktoken unit and a BERT-style model (the defaults) the section is tokenized once by tiktoken
+    and both counts of a span are read off that (`tokens.SpanIndexer`): exact between the index's safe
+    offsets (before a space after a word, after a newline), and for the few characters from a span's end
+    to the nearest safe offset inside it, counted on their own. Otherwise each span is counted once.
+    """
 
     def __init__(self, chunker: Chunker, doc: Document, section: Section) -> None:
+        from pipeline.chunkers.base import Chunker
+
         self.chunker, self.doc, self.section, self.text = chunker, doc, section, doc.text
         self.size = chunker.config.size
         self._unit_counter, self._model_counter = chunker.counter, chunker.model_counter
@@ -40,23 +48,91 @@ class Measure:
         self._unit: dict[Span, int] = {}
         self._model: dict[Span, int] = {}
         self._ctx: dict[str, int] = {}
+        self._both: dict[Span, tuple[int, int]] = {}
+        self._fragments = chunker.fragments
+        # the context (hence the model budget) is the same for every span unless a strategy says otherwise
+        cls = type(chunker)
+        self._fixed_budget = (
+            self.budget(section.start, section.start)
+            if cls.context_for is Chunker.context_for and cls.context is Chunker.context
+            else None
+        )
+
+    @cached_property
+    def _index(self) -> SpanIndex | None:
+        """Safe offsets (relative to `_base`) with unit and model counts before each."""
+        found = self.chunker.span_index(self.doc, self.section)
+        if found is None:
+            return None
+        self._base = found[0]
+        return found[1]
+
+    def counts(self, a: int, b: int) -> tuple[int, int]:
+        """(unit, model) counts of text[a:b]."""
+        key = (a, b)
+        both = self._both.get(key)
+        if both is not None:
+            return both
+        idx = self._index
+        if idx is None or a < self.section.start or b > self.section.end:
+            both = self._unit_alone(a, b), self._model_alone(a, b)
+        else:
+            s = self._base
+            pos, units, pieces = idx
+            x, y = a - s, b - s
+            i, j = bisect_left(pos, x), bisect_right(pos, y) - 1
+            if i > j:  # no safe offset inside: the span on its own
+                both = self._direct(a, b)
+            else:
+                u, m = units[j] - units[i], pieces[j] - pieces[i]
+                if x < pos[i]:
+                    du, dm = self._direct(a, s + pos[i])
+                    u, m = u + du, m + dm
+                if pos[j] < y:
+                    du, dm = self._direct(s + pos[j], b)
+                    u, m = u + du, m + dm
+                both = u, m
+        self._both[key] = both
+        return both
+
+    def _direct(self, a: int, b: int) -> tuple[int, int]:
+        """Counts of text[a:b] by the tokenizers themselves."""
+        if b - a > 32:
+            return self._unit_alone(a, b), self._model_alone(a, b)
+        # a word or two before a cut: the same few texts come back again and again
+        frag = self.text[a:b]
+        found = self._fragments.get(frag)
+        if found is None:
+            if len(self._fragments) >= 1 << 16:
+                self._fragments.clear()
+            found = self._fragments[frag] = (
+                self._unit_counter.count(frag),
+                self._model_counter.count_fast(frag),
+            )
+        return found
 
     def unit(self, a: int, b: int) -> int:
         """Size of text[a:b] in the configured unit."""
+        return self.counts(a, b)[0] if self._index is not None else self._unit_alone(a, b)
+
+    def model(self, a: int, b: int) -> int:
+        """Word pieces of text[a:b] (without the model's special tokens)."""
+        return self.counts(a, b)[1] if self._index is not None else self._model_alone(a, b)
+
+    def _unit_alone(self, a: int, b: int) -> int:
         if self._same:
-            return self.model(a, b)
+            return self._model_alone(a, b)
         n = self._unit.get((a, b))
         if n is None:
             n = self._unit[(a, b)] = self._unit_counter.count(self.text[a:b])
         return n
 
-    def model(self, a: int, b: int) -> int:
-        """Word pieces of text[a:b] (without the model's special tokens)."""
+    def _model_alone(self, a: int, b: int) -> int:
         n = self._model.get((a, b))
         if n is None:
             n = self._from_section(a, b)
             if n is None:
-                n = self._model_counter.count(self.text[a:b])
+                n = self._model_counter.count_fast(self.text[a:b])
             self._model[(a, b)] = n
         return n
 
@@ -91,6 +167,8 @@ class Measure:
 
     def prefetch_model(self, spans: Sequence[Span]) -> None:
         """Count the spans not counted yet in one batch call."""
+        if self._index is not None:
+            return  # read off the index
         todo = [s for s in dict.fromkeys(spans) if s not in self._model]
         for a, b in todo:
             n = self._from_section(a, b)
@@ -113,7 +191,15 @@ class Measure:
         """Within the unit budget, and within the model's limit together with its context."""
         if b - a > self._reject_chars:  # far too long to fit: not worth tokenizing (rejecting is safe)
             return False
-        return self.unit(a, b) <= self.size and self.model(a, b) <= self.budget(a, b)
+        if self._index is not None:
+            u, m = self.counts(a, b)
+        else:
+            u = self.unit(a, b)
+            if u > self.size:
+                return False
+            m = self.model(a, b)
+        budget = self._fixed_budget
+        return u <= self.size and m <= (self.budget(a, b) if budget is None else budget)
 
 
 @lru_cache(maxsize=8192)
