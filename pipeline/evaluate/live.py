@@ -321,6 +321,7 @@ def run_live_eval(
                 f"no collection {collection!r}: run `chunkyard ingest PATH -c {collection}` first"
             )
         store.lock_collection(conn, coll.id)  # released when the connection closes
+        coll = store.get_collection(conn, collection) or coll  # as it is now (a model switch may have landed)
         resolved = resolve(
             qset, store.source_uris(conn, coll.id), lambda u: store.document_texts(conn, coll.id, u)
         )
@@ -333,7 +334,7 @@ def run_live_eval(
             if mode != "fulltext":
                 from pipeline.embed import query_embedder
 
-                qvecs = query_embedder(coll.model, settings).encode([q.text for q in resolved])
+                qvecs = query_embedder(coll.embed_model, settings).encode([q.text for q in resolved])
             t2 = time.perf_counter()
             chunks = store.chunk_spans(conn, coll.id, sorted({q.corpus_id for q in resolved}))
             summary, per_q = score(conn, collection, resolved, qvecs, chunks, k=k, mode=mode)
