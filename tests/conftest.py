@@ -42,6 +42,15 @@ def pg_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def prefect_api():
+    """One Prefect test server for the whole session (flows and evaluation): it takes tens of seconds to start."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=300):
+        yield
+
+
+@pytest.fixture(scope="session")
 def template_db(pg_server):
     """A migrated database that every test database is copied from."""
     name = "chunkyard_template"

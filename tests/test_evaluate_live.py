@@ -47,15 +47,6 @@ def write_questions(path: Path, rows=QUESTIONS) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def prefect_api():
-    """A Prefect test server for this module's flow runs (tens of seconds to start)."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=300):
-        yield
-
-
 @pytest.fixture
 def collection(settings, docs) -> str:
     """examples/docs (a private copy) ingested with the default profile into collection 'docs'."""

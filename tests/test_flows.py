@@ -31,15 +31,6 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 TOPICS = ["pelicans", "walruses", "glaciers", "volcanoes", "lighthouses", "orchards"]
 
 
-@pytest.fixture(scope="session")
-def prefect_api():
-    """One Prefect test server for the whole session: it takes tens of seconds to start."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=300):
-        yield
-
-
 @pytest.fixture
 def corpus(tmp_path) -> Path:
     """Six small markdown files, two sections each: cheap to embed, enough to make several batches."""
