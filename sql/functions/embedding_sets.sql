@@ -124,6 +124,9 @@ RETURNS TABLE (chunk_id bigint, dist double precision)
 LANGUAGE plpgsql STABLE ROWS 10
 SET hnsw.iterative_scan = 'relaxed_order'
 SET hnsw.ef_search = 100
+-- the filter's selectivity is unknown to the planner, which then prefers scanning and sorting the whole set
+-- for p_n of 50 on a small collection (100 ms at 10k chunks against 5 ms through the index)
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
