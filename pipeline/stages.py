@@ -210,12 +210,28 @@ def diff(b: Batch, parsed: Sequence[Parsed]) -> list[Work]:
 
 def chunk(b: Batch, work: Sequence[Work]) -> list[Work]:
     """Chunk the new or changed sections; a chunker failure fails that document only."""
+    from contextlib import ExitStack, suppress
+
+    from pipeline.chunkers.base import Chunker
+
     out: list[Work] = []
-    with b.stats.timed("chunk"):
+    with b.stats.timed("chunk"), ExitStack() as stack:
+        # the batch's documents per chunker, so shared work (semantic: all sentences embedded in one
+        # call) is done once; if that fails, each document is chunked on its own below
+        by_chunker: dict[int, tuple[Chunker, list[tuple[Document, Sequence[int]]]]] = {}
+        for w in work:
+            try:
+                ch = b.router.chunker_for(w.doc.doc_type)
+            except Exception:  # noqa: BLE001 - reported for that document below
+                continue
+            by_chunker.setdefault(id(ch), (ch, []))[1].append((w.doc, w.plan.new))
+        for ch, items in by_chunker.values():
+            with suppress(Exception):  # the documents are then chunked (and fail) one by one
+                stack.enter_context(ch.batch(items))
         for w in work:
             try:
                 chunker = b.router.chunker_for(w.doc.doc_type)
-                w.chunks = {i: chunker.chunk(w.doc, w.doc.sections[i]) for i in w.plan.new}
+                w.chunks = chunker.chunk_sections(w.doc, w.plan.new)
             except Exception as exc:
                 b.fail(w.doc.uri, Stage.CHUNK, f"chunker failed: {type(exc).__name__}: {exc}")
             else:

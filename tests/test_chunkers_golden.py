@@ -483,6 +483,46 @@ def test_semantic_embeds_once_per_section_and_once_per_document():
         assert chunker.chunk_document(doc) == first  # deterministic across batch shapes
 
 
+@pytest.mark.slow
+def test_semantic_chunk_stage_embeds_a_whole_batch_in_one_call():
+    """The pipeline's chunk stage gives a batch's documents to each chunker at once: a semantic chunker
+    embeds the sentences of every new section of every document in ONE call, each sentence once, and
+    the chunks are those it makes one document at a time."""
+    from types import SimpleNamespace
+
+    from pipeline import stages
+    from pipeline.embed import get_embedder
+
+    chunker = REGISTRY["semantic"](SemanticConfig(size=100))
+    guide = load("guide.md")
+    topics = Document(uri="memory:t", doc_type="text", text=TOPICS, sections=[Section(0, len(TOPICS))])
+    alone = [chunker.chunk_sections(guide, [0, 2, 3]), chunker.chunk_sections(topics, [0])]
+    work = [
+        SimpleNamespace(doc=guide, plan=SimpleNamespace(new=[0, 2, 3]), chunks={}),
+        SimpleNamespace(doc=topics, plan=SimpleNamespace(new=[0]), chunks={}),
+    ]
+    failed: list[str] = []
+    batch = SimpleNamespace(
+        router=SimpleNamespace(chunker_for=lambda doc_type: chunker),
+        stats=SimpleNamespace(timed=lambda name: mock.MagicMock()),
+        progress=SimpleNamespace(advance=lambda *a: None),
+        fail=lambda uri, stage, msg: failed.append(msg),
+    )
+    spy = _CountingEmbedder(get_embedder())
+    with mock.patch("pipeline.embed.get_embedder", lambda *a, **k: spy):
+        out = stages.chunk(batch, work)  # type: ignore[arg-type]
+    assert not failed and len(out) == 2
+    assert spy.calls == 1
+    sentences = [t for w in work for i in w.plan.new for t in _sentence_texts(chunker, w.doc, i)]
+    assert spy.texts == len(set(sentences))  # window=1: every distinct sentence once
+    assert [w.chunks for w in work] == alone
+
+
+def _sentence_texts(chunker, doc: Document, i: int) -> list[str]:
+    sec = doc.sections[i]
+    return [doc.text[a:b] for a, b in chunker.sentences(doc, sec, chunker.fits_for(doc, sec))]
+
+
 def test_semantic_threshold_modes():
     ch = REGISTRY["semantic"](SemanticConfig(mode="percentile", threshold=50))
     d = np.array([0.1, 0.5, 0.2, 0.9, 0.3])

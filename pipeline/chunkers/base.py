@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from itertools import accumulate
 from typing import Any, ClassVar, TypedDict, TypeVar, Unpack
 
@@ -151,6 +152,22 @@ class Chunker(ABC):
             return {i: self.chunk(doc, doc.sections[i]) for i in indices}
         finally:
             self._tls.index = None
+
+    @contextmanager
+    def batch(self, items: Sequence[tuple[Document, Sequence[int]]]) -> Iterator[None]:
+        """Chunk several documents' sections (document, section indices) with their shared work done once
+        (a semantic chunker embeds all their sentences in one call); `chunk_sections` inside uses it."""
+        self.prepare(items)
+        try:
+            yield
+        finally:
+            self.release()
+
+    def prepare(self, items: Sequence[tuple[Document, Sequence[int]]]) -> None:  # noqa: B027
+        """Work shared by the sections of a batch, kept for this thread (none for most strategies)."""
+
+    def release(self) -> None:  # noqa: B027
+        """Forget what `prepare` kept."""
 
     def span_index(self, doc: Document, section: Section) -> tuple[int, SpanIndex] | None:
         """(offset, index) of a text range holding the section (`SpanIndexer`), or None without one."""

@@ -134,24 +134,34 @@ class SemanticChunker(SentenceChunker):
                 k += 1
         return groups
 
-    def chunk_document(self, doc: Document) -> list[tuple[int, list[Chunk]]]:
-        """All sections of a document with their sentence windows embedded in one call."""
+    def prepare(self, items: Sequence[tuple[Document, Sequence[int]]]) -> None:
+        """Sentences of every section of the batch, and their windows embedded in ONE call."""
         texts: list[str] = []
-        sentences: dict[tuple[int, int], list[Span]] = {}
-        for s in doc.sections:
-            sents = sentences[(s.start, s.end)] = super().sentences(doc, s, self.fits_for(doc, s))
-            lt, rt = self._window_texts(doc.text, sents) if len(sents) > 1 else ([], [])
-            texts += lt + rt
+        sentences: dict[tuple[int, int, int], list[Span]] = {}
+        for doc, indices in items:
+            for i in indices:
+                s = doc.sections[i]
+                sents = super().sentences(doc, s, self.fits_for(doc, s))
+                sentences[(id(doc), s.start, s.end)] = sents
+                lt, rt = self._window_texts(doc.text, sents) if len(sents) > 1 else ([], [])
+                texts += lt + rt
         self._local.vectors = self._embed(texts)
         self._local.sentences = sentences
-        try:
-            return super().chunk_document(doc)
-        finally:
-            self._local.vectors = self._local.sentences = None
+
+    def release(self) -> None:
+        self._local.vectors = self._local.sentences = None
+
+    def chunk_sections(self, doc: Document, indices: Sequence[int]) -> dict[int, list[Chunk]]:
+        """Inside `batch` the batch's embeddings serve; otherwise this document's, embedded in one call."""
+        if getattr(self._local, "sentences", None) is not None:
+            return super().chunk_sections(doc, indices)
+        with self.batch([(doc, indices)]):
+            return super().chunk_sections(doc, indices)
 
     def sentences(self, doc: Document, section: Section, fits: Fits) -> list[Span]:
-        """Sentence pieces, reused when `chunk_document` already computed them."""
+        """Sentence pieces, reused when `prepare` already computed them."""
         known = getattr(self._local, "sentences", None)
-        if known and (section.start, section.end) in known:
-            return known[(section.start, section.end)]
+        key = (id(doc), section.start, section.end)
+        if known and key in known:
+            return known[key]
         return super().sentences(doc, section, fits)
