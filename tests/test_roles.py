@@ -85,6 +85,17 @@ def test_the_pipeline_runs_as_a_writer_on_a_migrated_database(tmp_path, database
     assert status == "completed" and stats.counts["documents_new"] == 1
     with as_role(database_url, writer) as c, pytest.raises(psycopg.errors.InsufficientPrivilege):
         c.execute("DROP TABLE chunks")
+    # with row-level security on, the writer still writes (COPY FROM is refused under it: the rows go
+    # through INSERT ... SELECT), a new collection included
+    with psycopg.connect(database_url, autocommit=True) as c:
+        c.execute("SELECT chunkyard_enable_rls()")
+    (tmp_path / "w2.md").write_text("# Egrets\n\nEgrets wade in shallow water too.\n")
+    for coll in ("default", "other"):
+        stats, _, status = run_ingest([tmp_path], settings=Settings(database_url=make_conninfo(**d)), collection=coll)
+        assert status == "completed", stats.errors
+    with psycopg.connect(database_url) as c:
+        n = c.execute("SELECT count(*) FROM chunks c JOIN chunk_embeddings e ON e.chunk_id = c.id").fetchone()[0]
+        assert n == c.execute("SELECT count(*) FROM chunks").fetchone()[0] >= 4
 
 
 def test_row_level_security_shows_each_tenant_its_collections(two_collections, conn, database_url, login):

@@ -4,7 +4,8 @@ dropped before a large first load and built once after it, which is several time
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -142,11 +143,9 @@ def copy_chunks(
         ).fetchall()
     ]
     hashes = [embed_hash(ch.embed_text) for _, _, _, ch in rows]
-    with conn.cursor().copy(
-        """COPY chunks (id, section_id, document_id, collection_id, ordinal, text, context, content_hash,
-                        embed_hash, char_start, char_end, token_count, metadata)
-           FROM STDIN WITH (FORMAT BINARY)"""
-    ) as cp:
+    cols = """id, section_id, document_id, collection_id, ordinal, text, context, content_hash, embed_hash,
+              char_start, char_end, token_count, metadata"""
+    with _copy_into(conn, "chunks", cols) as cp:
         cp.set_types(["int8", "int8", "int8", "int8", "int4", "text", "text", "text", "text", "int4", "int4",
                       "int4", "jsonb"])  # fmt: skip
         for chunk_id, h, (section_id, doc_id, ordinal, ch) in zip(ids, hashes, rows, strict=True):
@@ -159,14 +158,41 @@ def copy_chunks(
 
 def copy_vectors(conn: psycopg.Connection, set_id: int, rows: Iterable[tuple[int, np.ndarray]]) -> None:
     """Binary COPY of (chunk id, vector) rows into an embedding set's partition."""
-    with conn.cursor().copy(
-        sql.SQL("COPY {} (chunk_id, set_id, embedding) FROM STDIN WITH (FORMAT BINARY)").format(
-            sql.Identifier(f"chunk_vectors_{set_id}")
-        )
-    ) as cp:
+    with _copy_into(conn, f"chunk_vectors_{set_id}", "chunk_id, set_id, embedding") as cp:
         cp.set_types(["int8", "int8", "vector"])
         for chunk_id, vec in rows:
             cp.write_row([chunk_id, set_id, vec])
+
+
+@contextmanager
+def _copy_into(conn: psycopg.Connection, table: str, columns: str) -> Iterator[psycopg.Copy]:
+    """A binary COPY into `table`; where row-level security applies to this role (a writer after
+    `chunkyard_enable_rls()`), which COPY FROM refuses, into a temporary copy of it and then INSERT ... SELECT,
+    which the policies check."""
+    if not conn.execute("SELECT row_security_active(%s)", (table,)).fetchone()[0]:
+        with conn.cursor().copy(
+            sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
+                sql.Identifier(table), sql.SQL(columns)
+            )
+        ) as cp:
+            yield cp
+        return
+    temp = sql.Identifier(f"_in_{table}")
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {}) ON COMMIT DELETE ROWS").format(
+            temp, sql.Identifier(table)
+        )
+    )
+    with conn.cursor().copy(
+        sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(temp, sql.SQL(columns))
+    ) as cp:
+        yield cp
+    conn.execute(
+        sql.SQL("INSERT INTO {} ({cols}) SELECT {cols} FROM {}").format(
+            sql.Identifier(table), temp, cols=sql.SQL(columns)
+        )
+    )
+    conn.execute(sql.SQL("TRUNCATE {}").format(temp))
 
 
 # ------------------------------------------------------------------------------------ search indexes
