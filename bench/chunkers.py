@@ -181,7 +181,7 @@ def main() -> None:
     total_mb = sum(nbytes.values()) / 1e6
     print(
         f"Chroma corpora: {', '.join(CORPORA)} ({total_mb:.2f} MB); budget {args.size} cl100k, no overlap; "
-        f"median of {args.repeats} runs ({args.slow_repeats} for {', '.join(sorted(SLOW))}); "
+        f"median of {args.repeats} interleaved rounds ({args.slow_repeats} for {', '.join(sorted(SLOW))}); "
         f"normalize (all corpora, once): {norm_s:.2f} s CPU = {total_mb / norm_s:.2f} MB/s\n"
     )
     # Rounds: every chunker once per round, so a change in the machine's load hits all of them alike
