@@ -23,7 +23,7 @@ from pipeline.embed import (
     split_key,
 )
 from pipeline.errors import ConfigError
-from pipeline.ingest import run_ingest
+from pipeline.ingest import run_ingest, run_model_switch
 from pipeline.tokens import model_path
 
 TEXTS = [
@@ -126,23 +126,24 @@ def test_a_backend_switch_re_embeds_once_and_reuses_only_its_own_vectors(
     pytest.importorskip("nncf")
     monkeypatch.setenv("CHUNKYARD_DATA_DIR", str(models_cache.parent))
 
-    def ingest(backend: str) -> dict:
-        s = Settings(database_url=database_url, model=tiny_model, embed_backend=backend)
-        return run_ingest([docs], settings=s).stats.counts
+    def settings(backend: str) -> Settings:
+        return Settings(database_url=database_url, model=tiny_model, embed_backend=backend)
 
-    first = ingest("torch")
+    first = run_ingest([docs], settings=settings("torch")).stats.counts
     n = first["chunks_embedded"]
     assert n > 0
-    switched = ingest("openvino")  # another model to the cache: every chunk embedded again, none reused
-    assert switched["chunks_embedded"] == n and switched["chunks_cached"] == 0
+    # another backend's vectors are another model's: an ingest does not mix them in, it says how to switch
+    with pytest.raises(ConfigError, match="chunkyard reindex --collection default --model"):
+        run_ingest([docs], settings=settings("openvino"))
+    switched = run_model_switch("default", tiny_model, settings=settings("openvino")).stats.counts
+    assert switched["chunks_embedded"] == n and switched["chunks_cached"] == 0  # none reused
     key = embedding_key(tiny_model, "openvino")
-    assert {m for (m,) in conn.execute("SELECT DISTINCT model FROM chunks")} == {key}
-    assert conn.execute("SELECT model FROM collections").fetchone()[0] == key
+    assert conn.execute("SELECT model FROM embedding_sets WHERE status = 'active'").fetchone()[0] == key
     cached = dict(conn.execute("SELECT model, count(*) FROM embedding_cache GROUP BY model").fetchall())
     assert cached == {tiny_model: n, key: n}
-    back = ingest("torch")  # torch's own vectors come back from the cache: nothing embedded
-    assert back["chunks_embedded"] == 0 and back["chunks_cached"] == n
-    assert ingest("torch")["documents_unchanged"] == 4
+    back = run_model_switch("default", tiny_model, settings=settings("torch")).stats.counts
+    assert back["chunks_embedded"] == 0 and back["chunks_cached"] == n  # torch's own vectors, from the cache
+    assert run_ingest([docs], settings=settings("torch")).stats.counts["documents_unchanged"] == 4
 
 
 @pytest.mark.slow
