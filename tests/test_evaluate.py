@@ -67,6 +67,63 @@ def test_precision_omega():
     assert precision_omega([(10, 20)], [(0, 20), (5, 25)]) == pytest.approx(10 / 25)
 
 
+# -------------------------------------------------------------------------------------- token budget
+
+
+def _tokens(n: int, width: int = 10) -> list[int]:
+    """Token ends of a chunk of n tokens of `width` characters each: 10, 20, ..."""
+    return [width * (j + 1) for j in range(n)]
+
+
+def test_budget_takes_chunks_in_rank_order_and_cuts_the_last_one():
+    # chunks of 4, 3 and 5 tokens (10 characters each); a budget of 9 takes the first two whole (7 tokens)
+    # and the first 2 tokens (20 characters) of the third
+    got = [Retrieved("a", 100, 140), Retrieved("a", 0, 30), Retrieved("a", 200, 250)]
+    ends = [_tokens(4), _tokens(3), _tokens(5)]
+    assert ev.within_budget(got, ends, 9) == [got[0], got[1], Retrieved("a", 200, 220)]
+    assert ev.within_budget(got, ends, 7) == got[:2]  # exactly spent: nothing of the third
+    assert ev.within_budget(got, ends, 100) == got  # the ranking ran out first
+    # excerpt [205, 245): only [205, 220) of it is inside the budget
+    s = ev.budget_scores([(205, 245)], "a", got, ends, 9)
+    assert s["recall"] == pytest.approx(15 / 40)
+    assert s["precision"] == pytest.approx(15 / (40 + 30 + 20))
+    assert s["iou"] == pytest.approx(15 / (90 + 40 - 15))
+    assert (s["chunks"], s["tokens"], s["rr"]) == (3, 9, pytest.approx(1 / 3))
+    # the same excerpt at a budget of 7: not reached
+    assert ev.budget_scores([(205, 245)], "a", got, ends, 7)["recall"] == 0.0
+
+
+def test_budget_smaller_than_the_first_chunk_keeps_its_first_tokens():
+    # tokens of uneven width: the cut falls where the 3rd token ends (characters 0-2, 2-7, 7-15, ...)
+    got = [Retrieved("a", 50, 80), Retrieved("a", 0, 10)]
+    ends = [[2, 7, 15, 22, 30], [5, 10]]
+    assert ev.within_budget(got, ends, 3) == [Retrieved("a", 50, 65)]
+    s = ev.budget_scores([(60, 70)], "a", got, ends, 3)
+    # retrieved [50, 65): 5 of the excerpt's 10 characters, 15 characters read
+    assert s["recall"] == pytest.approx(0.5) and s["precision"] == pytest.approx(5 / 15)
+    assert s["iou"] == pytest.approx(5 / (15 + 10 - 5))
+    assert (s["chunks"], s["tokens"]) == (1, 3)
+    assert ev.within_budget(got, ends, 0) == []
+
+
+def test_budget_counts_overlapping_chunks_in_full():
+    # overlapping chunks each cost their tokens (the reader reads both), and their text counts twice in
+    # precision while the excerpt's characters count once (the span metrics' own rule)
+    got = [Retrieved("a", 0, 40), Retrieved("a", 20, 60), Retrieved("b", 0, 40)]
+    ends = [_tokens(4), _tokens(4), _tokens(4)]
+    s = ev.budget_scores([(10, 50)], "a", got, ends, 6)
+    # rank 1 whole [0, 40), rank 2 cut after 2 tokens: [20, 40), inside rank 1: recall stays 30 / 40
+    assert ev.within_budget(got, ends, 6)[1] == Retrieved("a", 20, 40)
+    assert s["recall"] == pytest.approx(30 / 40)
+    assert s["precision"] == pytest.approx(30 / 60)
+    assert s["iou"] == pytest.approx(30 / (60 + 40 - 30))
+    # with 8 tokens rank 2 is whole and reaches 50; rank 3 (another corpus) would only cost
+    s = ev.budget_scores([(10, 50)], "a", got, ends, 8)
+    assert s["recall"] == 1.0 and s["precision"] == pytest.approx(40 / 80)
+    s = ev.budget_scores([(10, 50)], "a", got, ends, 12)
+    assert s["recall"] == 1.0 and s["precision"] == pytest.approx(40 / 120) and s["tokens"] == 12
+
+
 def test_summarize_is_x100_with_population_std():
     rows = [
         {"recall": 1.0, "precision": 0.1, "precision_omega": 0.5, "iou": 0.1, "hit": 1.0, "rr": 1.0},
@@ -193,9 +250,12 @@ def test_chunkyard_eval_end_to_end(settings, tmp_path):
             "eval", "--corpora", str(FIXTURE / "corpora"), "--questions", str(FIXTURE / "questions.csv"),
             "-s", "recursive:size=48,overlap=0,context=false,label=small", "-s", "default:as=text,label=default",
             "-k", "2", "--search", "vector", "--search", "hybrid", "--search", "rrf", "-o", str(out), "--per-corpus",
+            "--budget", "64", "--budget", "16,32",
         ],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
+    assert "| k=2 R / P / IoU | 16 tokens R / P / IoU | 32 tokens R / P / IoU | 64 tokens R / P / IoU |" in res.output
+    assert out.with_name("eval-budget.png").stat().st_size > 1000
     assert "| small | vector |" in res.output and "| default | hybrid |" in res.output
     assert "| default | rrf |" in res.output
     assert "bees R / IoU" in res.output
@@ -211,7 +271,12 @@ def test_chunkyard_eval_end_to_end(settings, tmp_path):
         assert r["summary"]["hit_rate"] >= 70  # obvious questions on a tiny corpus
         assert r["chunks"]["over_model_limit"] == 0
         assert set(r["normalization"].values()) == {"unchanged"}
+        assert list(r["budgets"]) == ["16", "32", "64"]
+        assert set(r["budgets"]["16"]["per_corpus"]) == {"bees", "trains"}
         for q in r["per_question"]:
+            b = q["budgets"]
+            assert [b[n]["tokens"] for n in ("16", "32", "64")] == [16, 32, 64]  # chunks enough for each
+            assert b["16"]["recall"] <= b["32"]["recall"] <= b["64"]["recall"]  # a budget reads a prefix
             assert len(q["retrieved"]) == 2
             for cid, s, e in q["retrieved"]:  # retrieved ranges are real, stripped spans of the corpus
                 span = corpora[cid].text[s:e]

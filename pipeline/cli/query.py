@@ -205,12 +205,21 @@ def eval_(
         Path, typer.Option("--output", "-o", help="Writes OUTPUT.json (every figure) and OUTPUT.png.")
     ] = Path("chunkyard-eval"),
     per_corpus: Annotated[bool, typer.Option(help="Also print recall / IoU per corpus.")] = False,
+    budget: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--budget",
+            help="Also score each search at a budget of N cl100k tokens (repeatable or a list, e.g. "
+            "256,512,1024): chunks in rank order until N tokens are used, the last one cut at the budget.",
+        ),
+    ] = None,
 ) -> None:
     """Retrieval quality in answer spans (Chroma's recall, precision, IoU): of a live collection
     (--collection, stored per run; exit 1 when recall dropped), or of chunking configurations (--corpora)."""
     from pipeline import evaluate as ev
     from pipeline.store import SEARCH_MODES
 
+    budgets = _budgets(budget or [])
     modes = list(dict.fromkeys(search or []))
     bad = [m for m in modes if m not in SEARCH_MODES]
     if bad:
@@ -221,6 +230,8 @@ def eval_(
                               "for the benchmark of chunking configurations")  # fmt: skip
         if len(modes) > 1:
             raise ConfigError("--collection scores one search mode per run: give --search once")
+        if budgets:
+            raise ConfigError("--budget scores chunking configurations (--corpora), not a live collection")
         _live_eval(
             collection, questions, k=k, mode=(modes or ["hybrid"])[0], max_drop=max_drop,
             set_baseline=set_baseline, name=name, prefect=prefect, as_json=as_json,
@@ -241,14 +252,34 @@ def eval_(
         configs = [ev.parse_config("default", doc_type=as_type, section_tokens=section_tokens)]
     doc = ev.run_eval(
         corpora, questions, configs, k=k, modes=modes, settings=_settings(),
-        progress=lambda m: err.print(f"[dim]{m}[/]", highlight=False),
+        progress=lambda m: err.print(f"[dim]{m}[/]", highlight=False), budgets=budgets,
     )  # fmt: skip
     js, png = ev.write_outputs(doc, output)
-    out.print(ev.markdown_table(doc["results"]), highlight=False, markup=False, soft_wrap=True)
+    tables = [ev.markdown_table(doc["results"])]
     if per_corpus:
-        out.print("\n" + ev.per_corpus_table(doc["results"]), highlight=False, markup=False, soft_wrap=True)
+        tables.append(ev.per_corpus_table(doc["results"]))
+    if budgets:
+        tables.append(ev.budget_table(doc["results"]))
+        if per_corpus:
+            tables.append(ev.budget_per_corpus_table(doc["results"]))
+    out.print("\n\n".join(tables), highlight=False, markup=False, soft_wrap=True)
     plot_line = png or "skipped (matplotlib missing: pip install 'chunkyard[eval]')"
+    if png and budgets:
+        plot_line = f"{png}, {png.with_name(png.stem + '-budget.png')}"
     out.print(f"\nfigures: {js}\nplot: {plot_line}", highlight=False)
+
+
+def _budgets(values: list[str]) -> list[int]:
+    """`--budget 256 --budget 512,1024` as sorted distinct token counts; a bad one is a ConfigError."""
+    found: set[int] = set()
+    for v in values:
+        for part in v.replace(" ", ",").split(","):
+            if not part:
+                continue
+            if not part.isdigit() or int(part) < 1:
+                raise ConfigError(f"--budget {part!r}: expected a positive number of cl100k tokens")
+            found.add(int(part))
+    return sorted(found)
 
 
 def _live_eval(

@@ -6,6 +6,9 @@ chunks per question with the SQL search users call, and scores the overlap of ch
 recall, precision, precision_Ω and IoU exactly as Chroma's "Evaluating Chunking Strategies for
 Retrieval" defines them, plus hit rate and MRR.
 
+Beside the top k, a ranking can be scored at a budget of cl100k tokens (`within_budget`: chunks in rank
+order until the budget is spent, the last one cut), so chunkers of different sizes compare at equal cost.
+
 `data` loads and checks the input, `metrics` and `offsets` do the arithmetic, `configs` parses what to
 score, `index` puts chunks into a collection through the run API, `score` scores against it, `report`
 writes the results. `run_eval` is the whole evaluation, as `chunkyard eval` runs it.
@@ -32,15 +35,27 @@ from pipeline.evaluate.index import Indexed, SpanChunk, pipeline_indexer, spans_
 from pipeline.evaluate.metrics import (
     METRICS,
     Retrieved,
+    budget_scores,
     covered,
     intersect,
     precision_omega,
     question_scores,
     summarize,
     union,
+    within_budget,
 )
 from pipeline.evaluate.offsets import OffsetMap
-from pipeline.evaluate.report import brief, markdown_table, per_corpus_table, plot, report, write_outputs
+from pipeline.evaluate.report import (
+    brief,
+    budget_per_corpus_table,
+    budget_plot,
+    budget_table,
+    markdown_table,
+    per_corpus_table,
+    plot,
+    report,
+    write_outputs,
+)
 from pipeline.evaluate.score import Mode, embed_questions, evaluate_index
 from pipeline.model import Span
 
@@ -60,6 +75,10 @@ __all__ = [
     "Retrieved",
     "Span",
     "SpanChunk",
+    "budget_per_corpus_table",
+    "budget_plot",
+    "budget_scores",
+    "budget_table",
     "config_meta",
     "covered",
     "embed_questions",
@@ -81,6 +100,7 @@ __all__ = [
     "stage_corpora",
     "summarize",
     "union",
+    "within_budget",
     "write_outputs",
 ]
 
@@ -94,8 +114,9 @@ def run_eval(
     modes: Sequence[Mode] = ("vector", "hybrid"),
     settings: Settings | None = None,
     progress: Callable[[str], None] | None = None,
+    budgets: Sequence[int] = (),
 ) -> dict:
-    """Score each configuration on one question set, one result row per search mode."""
+    """Score each configuration on one question set, one result row per search mode (and at each budget)."""
     settings = settings or Settings()
     corpora = load_corpora(corpora_dir)
     questions = load_questions(questions_path, corpora)
@@ -107,7 +128,7 @@ def run_eval(
         say(f"indexing {cfg.label}")
         results += evaluate_index(
             cfg.label, pipeline_indexer(cfg, corpora, settings), corpora, questions, qvecs,
-            settings=settings, k=k, modes=modes, meta=config_meta(cfg),
+            settings=settings, k=k, modes=modes, meta=config_meta(cfg), budgets=budgets,
         )  # fmt: skip
         say(f"done {cfg.label}: " + ", ".join(brief(r) for r in results[-len(modes) :]))
-    return report(results, corpora=corpora, questions=questions, k=k, settings=settings)
+    return report(results, corpora=corpora, questions=questions, k=k, settings=settings, budgets=budgets)

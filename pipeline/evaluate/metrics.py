@@ -75,6 +75,42 @@ def question_scores(excerpts: Sequence[Span], corpus_id: str, retrieved: Sequenc
     }
 
 
+def within_budget(
+    retrieved: Sequence[Retrieved], token_ends: Sequence[Sequence[int]], budget: int
+) -> list[Retrieved]:
+    """The retrieved chunks in rank order until `budget` tokens are spent, the last one cut at the budget.
+
+    `token_ends[i][j]` is where chunk i's first j + 1 tokens end, in characters from its start: a chunk
+    that does not fit whole counts only its first (budget - spent) tokens as retrieved. A context window is
+    what a reader of the results pays, so chunkers of different sizes compare at equal cost.
+    """
+    out: list[Retrieved] = []
+    left = budget
+    for r, ends in zip(retrieved, token_ends, strict=True):
+        if left <= 0:
+            break
+        if len(ends) <= left:
+            out.append(r)
+            left -= len(ends)
+        else:
+            out.append(Retrieved(r.corpus_id, r.start, r.start + ends[left - 1]))
+            left = 0
+    return out
+
+
+def budget_scores(
+    excerpts: Sequence[Span],
+    corpus_id: str,
+    retrieved: Sequence[Retrieved],
+    token_ends: Sequence[Sequence[int]],
+    budget: int,
+) -> dict:
+    """`question_scores` of the first `budget` tokens of the ranking, with the chunks and tokens they took."""
+    got = within_budget(retrieved, token_ends, budget)
+    spent = min(sum(len(e) for e in token_ends[: len(got)]), budget)
+    return question_scores(excerpts, corpus_id, got) | {"chunks": len(got), "tokens": spent}
+
+
 def precision_omega(excerpts: Sequence[Span], chunks: Sequence[Span]) -> float:
     """Best precision at perfect recall: excerpt coverage of every chunk touching an excerpt, over their union."""
     inter: list[Span] = []

@@ -20,11 +20,13 @@ def report(
     questions: Sequence[Question],
     k: int,
     settings: Settings,
+    budgets: Sequence[int] = (),
 ) -> dict:
     """The JSON document: run metadata and every result."""
     return {
         "meta": {
             "k": k,
+            "budgets": list(budgets),
             "model": settings.model,
             "questions": len(questions),
             "corpora": {c.id: len(c.text) for c in corpora.values()},
@@ -75,6 +77,86 @@ def per_corpus_table(results: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def _budgets(results: Sequence[dict]) -> list[str]:
+    """The budgets the results were scored at, smallest first."""
+    return sorted({b for r in results for b in r.get("budgets", {})}, key=int)
+
+
+def budget_table(results: Sequence[dict]) -> str:
+    """Recall / precision / IoU at each token budget beside fixed k, one row per configuration and mode."""
+    budgets = _budgets(results)
+    k = results[0]["k"] if results else "k"
+    lines = [
+        f"| Configuration | Search | k={k} R / P / IoU | "
+        + " | ".join(f"{b} tokens R / P / IoU" for b in budgets)
+        + " |",
+        "| --- | --- | --- |" + " --- |" * len(budgets),
+    ]
+    for r in results:
+        cells = [_rpi(r["summary"])]
+        for b in budgets:
+            got = r.get("budgets", {}).get(b)
+            cells.append(_rpi(got["summary"]) if got else "-")
+        lines.append(f"| {r['label']} | {r['mode']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def budget_per_corpus_table(results: Sequence[dict]) -> str:
+    """Recall at each budget (and at k) per corpus: a change that lifts one corpus by sinking another shows."""
+    budgets = _budgets(results)
+    k = results[0]["k"] if results else "k"
+    lines = [
+        f"| Configuration | Search | Corpus | k={k} | " + " | ".join(budgets) + " |",
+        "| --- | --- | --- | ---: |" + " ---: |" * len(budgets),
+    ]
+    for r in results:
+        for c in sorted(r["per_corpus"]):
+            cells = [f"{r['per_corpus'][c]['recall']['mean']:.1f}"]
+            for b in budgets:
+                got = r.get("budgets", {}).get(b, {}).get("per_corpus", {}).get(c)
+                cells.append(f"{got['recall']['mean']:.1f}" if got else "-")
+            lines.append(f"| {r['label']} | {r['mode']} | {c} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _rpi(s: dict) -> str:
+    return f"{s['recall']['mean']:.1f} / {s['precision']['mean']:.1f} / {s['iou']['mean']:.1f}"
+
+
+def budget_plot(results: Sequence[dict], path: Path | str, *, title: str = "") -> Path:
+    """Recall against the token budget, one line per configuration, one panel per search mode."""
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ConfigError("the plot needs matplotlib: pip install 'chunkyard[eval]'") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(dict.fromkeys(r["mode"] for r in results if r.get("budgets")))
+    fig, axes = plt.subplots(1, len(modes), figsize=(6.5 * len(modes), 5.5), sharey=True, squeeze=False)
+    for ax, mode in zip(axes[0], modes, strict=True):
+        for r in results:
+            if r["mode"] != mode or not r.get("budgets"):
+                continue
+            bs = sorted(r["budgets"], key=int)
+            ax.plot([int(b) for b in bs], [r["budgets"][b]["summary"]["recall"]["mean"] for b in bs],
+                    marker="o", label=r["label"])  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context budget (cl100k tokens)")
+        ax.set_title(f"{mode} search")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("Recall (x100, mean over questions)")
+    if title:
+        fig.suptitle(title)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
 def plot(
     results: Sequence[dict], path: Path | str, *, reference: Sequence[dict] = (), title: str = ""
 ) -> Path:
@@ -112,13 +194,18 @@ def plot(
 def write_outputs(
     doc: dict, prefix: Path | str, *, reference: Sequence[dict] = ()
 ) -> tuple[Path, Path | None]:
-    """`prefix`.json with every figure and `prefix`.png with the plot (None without matplotlib)."""
+    """`prefix`.json with every figure and `prefix`.png with the plot (None without matplotlib).
+
+    Results scored at token budgets also get `prefix`-budget.png (recall against budget).
+    """
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     js = prefix.with_name(prefix.name + ".json")
     js.write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
     try:
         png = plot(doc["results"], prefix.with_name(prefix.name + ".png"), reference=reference)
+        if any(r.get("budgets") for r in doc["results"]):
+            budget_plot(doc["results"], prefix.with_name(prefix.name + "-budget.png"))
     except ConfigError:  # the figures are written; only the picture needs the optional dependency
         png = None
     return js, png

@@ -18,7 +18,7 @@ import numpy as np
 from pipeline.config import Settings
 from pipeline.evaluate.data import Corpus, EvalError, Question
 from pipeline.evaluate.index import Indexed
-from pipeline.evaluate.metrics import Retrieved, precision_omega, question_scores, summarize
+from pipeline.evaluate.metrics import Retrieved, budget_scores, precision_omega, question_scores, summarize
 from pipeline.evaluate.offsets import OffsetMap
 from pipeline.model import Span
 
@@ -47,8 +47,12 @@ def evaluate_index(
     modes: Sequence[Mode] = ("vector",),
     meta: dict | None = None,
     keep: bool = False,
+    budgets: Sequence[int] = (),
 ) -> list[dict]:
-    """Index into a throwaway collection, score every mode, drop the collection; one result per mode."""
+    """Index into a throwaway collection, score every mode, drop the collection; one result per mode.
+
+    With `budgets`, each mode is also scored at each budget of cl100k tokens (`metrics.within_budget`).
+    """
     from pipeline import db, store
 
     collection = f"_eval_{uuid.uuid4().hex[:12]}"
@@ -59,8 +63,9 @@ def evaluate_index(
         t_index = time.perf_counter() - t0
         with db.connection(url) as conn:
             results = _score(
-                conn, collection, indexed, corpora, questions, qvecs, k=k, modes=modes, model=settings.model
-            )
+                conn, collection, indexed, corpora, questions, qvecs, k=k, modes=modes, model=settings.model,
+                budgets=budgets,
+            )  # fmt: skip
     finally:
         if not keep:
             with db.connection(url) as conn:
@@ -82,6 +87,7 @@ def _score(
     k: int,
     modes: Sequence[Mode],
     model: str,
+    budgets: Sequence[int] = (),
 ) -> list[dict]:
     """One result per mode; chunk facts and precision_Ω depend on the chunks only, so all modes share them."""
     from pipeline import store
@@ -156,6 +162,9 @@ def _score(
             "normalization": normalization,
             "per_question": per_q,
         }
+        if budgets:
+            _score_budgets(conn, collection, res, questions, qvecs, maps, u2c, p_omega, mode=mode,
+                           k=k, budgets=budgets)  # fmt: skip
         if mode == "vector":
             res["ann_agreement"] = round(float(np.mean(agree)), 4)
             exact_rows = [
@@ -166,3 +175,79 @@ def _score(
             res["exact_search_summary"] = summarize(exact_rows)
         out.append(res)
     return out
+
+
+def _score_budgets(
+    conn: psycopg.Connection,
+    collection: str,
+    res: dict,
+    questions: Sequence[Question],
+    qvecs: np.ndarray,
+    maps: dict[str, OffsetMap],
+    u2c: dict[str, str],
+    p_omega: list[float],
+    *,
+    mode: Mode,
+    k: int,
+    budgets: Sequence[int],
+) -> None:
+    """Each question's ranking read until the largest budget is spent, scored at every budget (in place)."""
+    from pipeline.tokens import counter
+
+    cl100k = counter("cl100k_base")
+    ends_memo: dict[int, tuple[Retrieved, list[int]]] = {}
+
+    def raw(h: Any) -> tuple[Retrieved, list[int]]:
+        """The chunk as a raw range, and where its first 1, 2, ... cl100k tokens end (raw characters)."""
+        if h.chunk_id not in ends_memo:
+            m = maps[h.source_uri]
+            rs, re_ = m.to_raw(h.char_start, h.char_end)
+            ends = [min(m.to_raw(h.char_start, h.char_start + e)[1], re_) - rs
+                    for _, e in cl100k.encode_offsets(h.text)]  # fmt: skip
+            ends_memo[h.chunk_id] = (Retrieved(u2c[h.source_uri], rs, re_), ends)
+        return ends_memo[h.chunk_id]
+
+    top = max(budgets)
+    rows: dict[int, list[dict]] = {b: [] for b in budgets}
+    for qi, q in enumerate(questions):
+        got = ranked_until(conn, collection, qvecs[qi], q.text, mode=mode, tokens=top, start_k=k, chunk=raw)
+        ranked = [g for g, _ in got]
+        ends = [e for _, e in got]
+        per = {}
+        for b in budgets:
+            sc = budget_scores(q.excerpts, q.corpus_id, ranked, ends, b)
+            sc["precision_omega"] = p_omega[qi]
+            rows[b].append({"corpus": q.corpus_id, **sc})
+            per[str(b)] = {m: round(sc[m], 6) for m in ("recall", "precision", "iou", "chunks", "tokens")}
+        res["per_question"][qi]["budgets"] = per
+    res["budgets"] = {
+        str(b): {
+            "summary": summarize(rs) | {"mean_chunks": round(float(np.mean([r["chunks"] for r in rs])), 2),
+                                        "mean_tokens": round(float(np.mean([r["tokens"] for r in rs])), 1)},
+            "per_corpus": {c: summarize([r for r in rs if r["corpus"] == c]) for c in sorted({r["corpus"] for r in rs})},
+        }
+        for b, rs in rows.items()
+    }  # fmt: skip
+
+
+def ranked_until(
+    conn: psycopg.Connection,
+    collection: str,
+    qvec: np.ndarray | None,
+    text: str,
+    *,
+    mode: Mode,
+    tokens: int,
+    start_k: int,
+    chunk: Callable[[Any], tuple[Retrieved, list[int]]],
+) -> list[tuple[Retrieved, list[int]]]:
+    """The search's ranking, asked for more rows until it holds `tokens` tokens (or the search has no more)."""
+    from pipeline import store
+
+    kk = max(start_k, 32)
+    while True:
+        hits = store.search(conn, collection, qvec, k=kk, query_text=text, mode=mode)
+        got = [chunk(h) for h in hits]
+        if sum(len(e) for _, e in got) >= tokens or len(hits) < kk or kk >= 1000:
+            return got
+        kk = min(kk * 4, 1000)
