@@ -98,21 +98,15 @@ def summary(s: dict) -> None:
                                ("deleted", "sections_deleted")))  # fmt: skip
     t.add_row("chunks", line(("written", "chunks_written"), ("embedded", "chunks_embedded"),
                              ("from cache", "chunks_cached"), ("deleted", "chunks_deleted")))  # fmt: skip
-    if {"switched", "to_embed", "already_active", "chunks"} & s["counts"].keys():  # a model switch
-        state = (
-            "on that model already"
-            if g("already_active")
-            else "switched"
-            if g("switched")
-            else "not switched"
-        )
-        t.add_row(
-            "vectors",
-            f"chunks {g('chunks', 0)} · to embed {g('to_embed', 0)} · "
-            + line(("in cache", "in_cache"), ("in new set", "have_vector"), ("embedded", "chunks_embedded"),
-                   ("from cache", "chunks_cached"))
-            + f" · {state}",
-        )  # fmt: skip
+    if {"switched", "to_embed", "already_active"} & s["counts"].keys():  # a model switch
+        if "to_embed" in s["counts"]:  # its dry run
+            row = line(("chunks", "chunks"), ("in the new set", "have_vector"), ("in cache", "in_cache"),
+                       ("to embed", "to_embed"))  # fmt: skip
+        else:
+            state = "on that model already" if g("already_active") else "switched" if g("switched") else "not switched"
+            row = line(("chunks", "chunks"), ("kept", "vectors_kept"), ("embedded", "chunks_embedded"),
+                       ("from cache", "chunks_cached")) + f" · {state}"  # fmt: skip
+        t.add_row("vectors", row)
     tm = s["timings"]
     stages = ("load", "normalize", "diff", "chunk", "embed", "store", "prune")
     t.add_row("seconds", " · ".join(f"{st} {tm.get(st, 0.0):.2f}" for st in stages))

@@ -77,12 +77,17 @@ def cuda_present() -> bool:
         return False
 
 
-def resolve_backend(backend: str = "auto", *, device: str | None = None) -> str:
-    """The backend to run: `auto` is torch on a GPU, else OpenVINO int8 when installed (measured faster)."""
+def resolve_backend(backend: str = "auto", *, device: str | None = None, model: str | None = None) -> str:
+    """The backend to run: `auto` is torch on a GPU, else OpenVINO int8 when installed (measured faster) and
+    the model can be exported (mean or CLS pooling, nothing after it), else torch."""
     if backend == "auto":
         if (device and not device.startswith("cpu")) or (device is None and cuda_present()):
             return "torch"
-        return "openvino" if installed("openvino") and find_spec("nncf") is not None else "torch"
+        if not (installed("openvino") and find_spec("nncf") is not None):
+            return "torch"
+        from pipeline.embed_export import exportable
+
+        return "openvino" if model is None or exportable(model) else "torch"
     if backend not in BACKEND_TAGS:
         raise ConfigError(f"CHUNKYARD_EMBED_BACKEND={backend!r}: expected auto, {', '.join(BACKEND_TAGS)}")
     if not installed(backend):
@@ -95,7 +100,8 @@ def resolve_backend(backend: str = "auto", *, device: str | None = None) -> str:
 
 def key_for(settings: Settings) -> str:
     """The embedding key a run or a query uses under these settings."""
-    return embedding_key(settings.model, resolve_backend(settings.embed_backend, device=settings.device))
+    backend = resolve_backend(settings.embed_backend, device=settings.device, model=settings.model)
+    return embedding_key(settings.model, backend)
 
 
 def embedder_for(settings: Settings) -> Encoder:
@@ -246,8 +252,13 @@ def _modules_dim(folder: Path) -> int | None:
         if kind.endswith("Dense") and "out_features" in cfg:
             dim = int(cfg["out_features"])
         elif kind.endswith("Pooling") and "word_embedding_dimension" in cfg:
-            modes = sum(bool(v) for k, v in cfg.items() if k.startswith("pooling_mode_") and isinstance(v, bool))
+            modes = sum(
+                bool(v) for k, v in cfg.items() if k.startswith("pooling_mode_") and isinstance(v, bool)
+            )
             dim = int(cfg["word_embedding_dimension"]) * max(1, modes)
+        elif kind.endswith("Pooling") and "embedding_dimension" in cfg:  # newer sentence-transformers
+            mode = cfg.get("pooling_mode", "mean")
+            dim = int(cfg["embedding_dimension"]) * (len(mode) if isinstance(mode, list) else 1)
     return dim
 
 

@@ -34,14 +34,31 @@ def pooling(model: str) -> tuple[str, bool]:
     """(mean | cls, normalize) from the model's sentence-transformers files; other poolings are refused."""
     root = Path(model_path(model))
     modules = json.loads((root / "modules.json").read_text()) if (root / "modules.json").exists() else []
-    normalize = any(m.get("type", "").endswith("Normalize") for m in modules)
-    cfg_file = root / "1_Pooling" / "config.json"
+    kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules]
+    other = [k for k in kinds if k not in ("Transformer", "Pooling", "Normalize")]
+    if other:  # a Dense layer, say: the exported graph would leave it out and make other vectors
+        raise NotImplementedError(
+            f"{model}: its {', '.join(other)} module cannot be exported; use the torch backend"
+        )
+    normalize = "Normalize" in kinds
+    pool = next((m.get("path", "") for m in modules if m.get("type", "").endswith("Pooling")), "1_Pooling")
+    cfg_file = root / pool / "config.json"
     cfg = json.loads(cfg_file.read_text()) if cfg_file.exists() else {"pooling_mode_mean_tokens": True}
-    if cfg.get("pooling_mode_mean_tokens"):
+    mode = cfg.get("pooling_mode")  # newer sentence-transformers write one string
+    if cfg.get("pooling_mode_mean_tokens") or mode == "mean":
         return "mean", normalize
-    if cfg.get("pooling_mode_cls_token"):
+    if cfg.get("pooling_mode_cls_token") or mode == "cls":
         return "cls", normalize
     raise NotImplementedError(f"{model}: only mean or CLS pooling can be exported; use the torch backend")
+
+
+def exportable(model: str) -> bool:
+    """Whether `pooling` accepts the model: the exported graph would make the same vectors as torch."""
+    try:
+        pooling(model)
+    except (NotImplementedError, OSError, ValueError):
+        return False
+    return True
 
 
 def calibration_texts(n: int = CALIBRATION_SIZE) -> list[str]:

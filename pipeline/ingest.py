@@ -140,7 +140,7 @@ def run_model_switch(
     set while search reads the old one, which the new one replaces in one transaction when complete. The
     backend is this machine's (CHUNKYARD_EMBED_BACKEND); a dry run counts the vectors needed and cached."""
     settings = settings or Settings()
-    key = embedding_key(model, resolve_backend(settings.embed_backend, device=settings.device))
+    key = embedding_key(model, resolve_backend(settings.embed_backend, device=settings.device, model=model))
     stored, _ = collection_sources(settings, collection)
     params = {"collection": collection, "model": key, "flow": "reindex"}
     with Run.begin(
