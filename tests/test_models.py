@@ -224,3 +224,14 @@ def test_sigkill_mid_switch_leaves_the_old_model_serving_and_the_next_run_resume
     assert _sets(conn) == [("default", 768, "active")]
     hits = search(QUESTION, settings=settings, k=3, mode="vector")
     assert hits and "operations" in hits[0].source_uri
+
+
+def test_auto_backend_keeps_a_model_the_exporter_cannot_reproduce_on_torch(wide_model):
+    """The exported graph is transformer + pooling (+ normalisation): a model with a Dense layer after the
+    pooling would come out 384 wide, so `auto` runs it on torch, and the dimension is the Dense layer's."""
+    from pipeline.embed import model_dim, resolve_backend
+    from pipeline.embed_export import exportable
+
+    assert exportable(DEFAULT_MODEL) and not exportable(wide_model)
+    assert resolve_backend("auto", device="cpu", model=wide_model) == "torch"
+    assert model_dim(wide_model) == 768 and model_dim(DEFAULT_MODEL) == 384
