@@ -76,6 +76,8 @@ def switch_model(ctx: RunContext, key: str, batch: int = BATCH, progress: Progre
                 stats.counts["chunks_embedded"] += len(fresh)
                 stats.counts["chunks_cached"] += len(rows) - len(fresh)
                 progress.advance("embed", len(rows))
+                if ctx.run_id is not None:
+                    store.record_progress(conn, ctx.run_id, dict(stats.counts))
         with stats.timed("index"):
             store.ensure_search_indexes(conn, [building.id])
         store.activate_set(conn, building.id)

@@ -214,6 +214,8 @@ def test_sigkill_mid_switch_leaves_the_old_model_serving_and_the_next_run_resume
     conn.commit()
     status = store.status(conn)["runs"][0]
     assert status["kind"] == "reindex" and status["status"] == "crashed"
+    done = status["counts"].get("chunks_embedded", 0) + status["counts"].get("chunks_cached", 0)
+    assert done >= written - 2  # the ledger showed the progress, batch by batch
 
     result = run_model_switch("default", wide_model, settings=settings)
     c = result.stats.counts

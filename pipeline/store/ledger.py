@@ -110,6 +110,14 @@ def finish_run(
         )
 
 
+def record_progress(conn: psycopg.Connection, run_id: int, counts: dict) -> None:
+    """What a running run has done so far, on its ledger row (a long step shows its progress there)."""
+    with conn.transaction():
+        conn.execute(
+            "UPDATE runs SET counts = %s WHERE id = %s AND status = 'running'", (json.dumps(counts), run_id)
+        )
+
+
 def refresh_fts_stats(conn: psycopg.Connection, collection_id: int, set_ids: Sequence[int] = ()) -> None:
     """End of a run's writes: search indexes a bulk load dropped are built again (the full-text one, and the
     HNSW index of the given embedding sets), and BM25 statistics counted if a collection has none (triggers
