@@ -3,6 +3,7 @@
     python bench/eval_chroma.py published              # the 6 reproducible MiniLM rows vs PUBLISHED.md
     python bench/eval_chroma.py target                 # the default profile: vector, hybrid and rrf search
     python bench/eval_chroma.py specs -s 'recursive:size=128,label=r128' -s default:as=text
+    python bench/eval_chroma.py target --budget 256,512,1024,2048     # also at budgets of cl100k tokens
 
 The data stays in ../shared/bench/chroma (or $CHUNKYARD_CHROMA_DIR); results go to bench/results/.
 Run from the repository root; set CHUNKYARD_DATA_DIR to keep the embedded Postgres out of the way.
@@ -36,6 +37,9 @@ PUBLISHED_CONFIGS = {
     "Recursive 200/0": f"recursive:size=200,overlap=0,separators=chroma,{REPRO}",
     "TokenText 200/0": f"fixed:size=200,overlap=0,{REPRO}",
 }
+
+#: Budgets of context (cl100k tokens) the peer comparison reports beside k (`chunkyard eval --budget`).
+BUDGETS = (256, 512, 1024, 2048)
 
 #: The quality target's candidates, each one change away from its neighbour (see the report).
 TARGET_CONFIGS = {
@@ -96,34 +100,73 @@ def reference_points(pub: dict[str, dict]) -> list[dict]:
     return [{"label": f"pub {k}", "recall": v["recall"], "iou": v["iou"]} for k, v in pub.items()]
 
 
-def run(configs: dict[str, str], name: str, *, k: int, modes: tuple[str, ...]) -> dict:
+def load_set(name: str) -> tuple[dict, list, dict[str, dict]]:
+    """Corpora, questions and published rows of a question set: Chroma's, or one of bench/devsets.py."""
+    if name == "chroma":
+        data = data_dir()
+        corpora = ev.load_corpora(data / "corpora")
+        return corpora, ev.load_questions(data / "questions_df.csv", corpora), published(data)
+    sys.path.insert(0, str(ROOT / "bench"))
+    from devsets import materialize
+
+    folder, qfile = materialize(name)
+    corpora = ev.load_corpora(folder)
+    return corpora, ev.load_questions(qfile, corpora), {}
+
+
+def add_set_option(ap: argparse.ArgumentParser) -> None:
+    """`--set chroma|fastapi`: Chroma's benchmark (default) or a question set written here (bench/devsets.py)."""
+    ap.add_argument("--set", dest="qset", choices=["chroma", "fastapi"], default="chroma",
+                    help="Question set: Chroma's benchmark or the FastAPI dev set (bench/devsets.py).")  # fmt: skip
+
+
+def run(
+    configs: dict[str, str],
+    name: str,
+    *,
+    k: int,
+    modes: tuple[str, ...],
+    budgets: tuple[int, ...] = (),
+    qset: str = "chroma",
+) -> dict:
     """Evaluate configurations one after another, saving after each so a long run can be watched."""
-    data = data_dir()
     settings = Settings()
-    corpora = ev.load_corpora(data / "corpora")
-    questions = ev.load_questions(data / "questions_df.csv", corpora)
+    corpora, questions, pub = load_set(qset)
     qvecs = ev.embed_questions(questions, settings)
     out = ROOT / "bench" / "results" / name
-    pub = published(data)
     results: list[dict] = []
     for label, spec in configs.items():
         cfg = ev.parse_config(f"{spec},label={label}" if ":" in spec else f"{spec}:label={label}")
         t0 = time.perf_counter()
         results += ev.evaluate_index(
             cfg.label, ev.pipeline_indexer(cfg, corpora, settings), corpora, questions, qvecs,
-            settings=settings, k=k, modes=modes, meta=ev.config_meta(cfg),
+            settings=settings, k=k, modes=modes, meta=ev.config_meta(cfg), budgets=budgets,
         )  # fmt: skip
-        doc = ev.report(results, corpora=corpora, questions=questions, k=k, settings=settings)
+        doc = ev.report(
+            results, corpora=corpora, questions=questions, k=k, settings=settings, budgets=budgets
+        )
         ev.write_outputs(doc, out, reference=reference_points(pub))
         print(f"{label}: {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+    print_tables(results, out, pub)
+    return doc
+
+
+def print_tables(results: list[dict], out: Path, pub: dict[str, dict] | None = None) -> None:
+    """The tables of a run (budget tables when it had budgets) and where its files are."""
     print(ev.markdown_table(results))
     print()
     print(ev.per_corpus_table(results))
-    if any(r["label"] in pub for r in results):
+    if pub and any(r["label"] in pub for r in results):
         print()
         print(comparison_table(results, pub))
-    print(f"\n{out}.json  {out}.png")
-    return doc
+    files = f"{out}.json  {out}.png"
+    if any(r.get("budgets") for r in results):
+        print()
+        print(ev.budget_table(results))
+        print()
+        print(ev.budget_per_corpus_table(results))
+        files += f"  {out}-budget.png"
+    print(f"\n{files}")
 
 
 def add_search_option(ap: argparse.ArgumentParser, default: str) -> None:
@@ -138,6 +181,21 @@ def add_search_option(ap: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def add_budget_option(ap: argparse.ArgumentParser, default: str) -> None:
+    """`--budget N` (repeatable or a list): also score at N cl100k tokens of context."""
+
+    def budgets(v: str) -> list[int]:
+        try:
+            out = [int(x) for x in v.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v!r}: expected numbers of tokens, e.g. 256,512") from None
+        if any(b < 1 for b in out):
+            raise argparse.ArgumentTypeError(f"{v!r}: budgets are positive")
+        return out
+
+    ap.add_argument("--budget", action="extend", type=budgets, help=f"Token budgets (default: {default}).")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("set", choices=["published", "target", "specs"])
@@ -146,6 +204,8 @@ def main() -> None:
     ap.add_argument("--name", help="Results file name under bench/results/.")
     ap.add_argument("-k", type=int, default=5)
     add_search_option(ap, "vector for `published`, else vector, hybrid, rrf")
+    add_budget_option(ap, "none")
+    add_set_option(ap)
     a = ap.parse_args()
     if a.set == "published":
         configs = dict(PUBLISHED_CONFIGS)
@@ -161,7 +221,7 @@ def main() -> None:
     if not configs:
         ap.error("nothing to evaluate")
     modes = tuple(a.search or (["vector"] if a.set == "published" else ["vector", "hybrid", "rrf"]))
-    run(configs, a.name or a.set, k=a.k, modes=modes)
+    run(configs, a.name or a.set, k=a.k, modes=modes, budgets=tuple(sorted(set(a.budget or []))), qset=a.qset)
 
 
 if __name__ == "__main__":

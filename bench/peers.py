@@ -1,7 +1,12 @@
 """The chunkers people use, scored in the same harness as chunkyard: same model, k, Postgres and SQL search.
 
-    python bench/peers.py                      # every peer below
-    python bench/peers.py --only semchunk-cl100k-200 --only langchain-recursive-cl100k-200
+    python bench/peers.py                      # chunkyard's default and every peer below, k=5 and budgets
+    python bench/peers.py --only chunkyard-default --only semchunk-cl100k-200 --search hybrid
+    python bench/peers.py --budget 256,512 --budget 4096   # other budgets (cl100k tokens of context)
+
+Every configuration is scored at k and at budgets of 256, 512, 1024 and 2048 cl100k tokens (chunks in rank
+order until the budget is spent, the last one cut: `chunkyard eval --budget`), under vector and hybrid
+search; one table, one per-corpus table and one plot of recall against budget (bench/results/NAME-budget.png).
 
 Peers return chunk texts; `locate_chunks` maps them back to corpus offsets, then `evaluate.spans_indexer`
 embeds and stores them like any collection and `evaluate.evaluate_index` scores them. Chunks longer than the
@@ -22,7 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from eval_chroma import add_search_option, data_dir, published, reference_points  # noqa: E402
+from eval_chroma import (  # noqa: E402
+    BUDGETS,
+    add_budget_option,
+    add_search_option,
+    add_set_option,
+    load_set,
+    print_tables,
+    reference_points,
+)
 
 from pipeline import evaluate as ev  # noqa: E402
 from pipeline.config import Settings  # noqa: E402
@@ -106,6 +119,12 @@ def llama_sentence(size: int | None = None, overlap: int | None = None) -> Split
     return SentenceSplitter(**kw).split_text
 
 
+#: chunkyard's own configurations, run through the pipeline (`chunkyard ingest`) beside the peers.
+CHUNKYARD: dict[str, str] = {
+    "chunkyard-default": "default",
+    "chunkyard-recursive-200": "recursive:size=200,overlap=0",
+}
+
 PEERS: dict[str, Callable[[], Splitter]] = {
     "langchain-recursive-cl100k-200": lambda: langchain_recursive(200),
     "chonkie-recursive-default": lambda: chonkie_recursive(),
@@ -117,6 +136,9 @@ PEERS: dict[str, Callable[[], Splitter]] = {
     "llamaindex-sentence-default": lambda: llama_sentence(),
     "llamaindex-sentence-200": lambda: llama_sentence(200, 0),
 }
+
+#: Left out unless asked for with --only: Chonkie's SemanticChunker did not finish on 2 CPU cores in 25 minutes.
+SLOW = {"chonkie-semantic-default", "chonkie-semantic-256"}
 
 #: Controls: LangChain's own splitters configured as Chroma's published rows (Chroma's chunkers are copies of
 #: them). They test the harness independently of chunkyard's chunkers.
@@ -187,40 +209,46 @@ def run(
     *,
     k: int,
     modes: tuple[str, ...],
+    budgets: tuple[int, ...] = (),
+    qset: str = "chroma",
 ) -> None:
-    """Chunk with each peer, index the spans, score; results saved after each peer."""
+    """Chunk with each peer (or chunkyard), index the spans, score; results saved after each configuration."""
     seed_tiktoken_cache()
-    data = data_dir()
     settings = Settings()
-    corpora = ev.load_corpora(data / "corpora")
-    questions = ev.load_questions(data / "questions_df.csv", corpora)
+    corpora, questions, pub = load_set(qset)
     qvecs = ev.embed_questions(questions, settings)
-    pub = published(data)
     out = ROOT / "bench" / "results" / out_name
     results: list[dict] = []
     for name in names:
         t0 = time.perf_counter()
-        split = table[name]()
-        spans = {
-            cid: locate_chunks(c.text, split(c.text), name=f"{name}/{cid}") for cid, c in corpora.items()
-        }
-        t_chunk = time.perf_counter() - t0
+        if name in CHUNKYARD:
+            cfg = ev.parse_config(
+                CHUNKYARD[name] + (",label=" if ":" in CHUNKYARD[name] else ":label=") + name
+            )
+            index, meta, t_chunk = ev.pipeline_indexer(cfg, corpora, settings), ev.config_meta(cfg), 0.0
+        else:
+            split = table[name]()
+            spans = {
+                cid: locate_chunks(c.text, split(c.text), name=f"{name}/{cid}") for cid, c in corpora.items()
+            }
+            t_chunk = time.perf_counter() - t0
+            index = ev.spans_indexer(name, corpora, spans, settings)
+            meta = {"peer": name, "chunk_seconds": round(t_chunk, 2)}
         res = ev.evaluate_index(
-            name, ev.spans_indexer(name, corpora, spans, settings), corpora, questions, qvecs,
-            settings=settings, k=k, modes=modes, meta={"peer": name, "chunk_seconds": round(t_chunk, 2)},
+            name, index, corpora, questions, qvecs, settings=settings, k=k, modes=modes, meta=meta,
+            budgets=budgets,
         )  # fmt: skip
         results += res
-        doc = ev.report(results, corpora=corpora, questions=questions, k=k, settings=settings)
+        doc = ev.report(
+            results, corpora=corpora, questions=questions, k=k, settings=settings, budgets=budgets
+        )
         ev.write_outputs(doc, out, reference=reference_points(pub))
         print(
             f"{name}: chunked in {t_chunk:.0f}s, total {time.perf_counter() - t0:.0f}s",
             file=sys.stderr,
             flush=True,
         )
-    print(ev.markdown_table(results))
-    print()
-    print(ev.per_corpus_table(results))
-    print(f"\n{out}.json  {out}.png")
+    print_tables(results, out)
 
 
 def main() -> None:
@@ -231,15 +259,20 @@ def main() -> None:
     )
     ap.add_argument("--name", help="Results file name under bench/results/.")
     ap.add_argument("-k", type=int, default=5)
-    add_search_option(ap, "vector, hybrid, rrf; with --controls: vector")
+    add_search_option(ap, "hybrid and vector; with --controls: vector")
+    add_budget_option(ap, f"{', '.join(map(str, BUDGETS))}; none with --controls")
+    add_set_option(ap)
     a = ap.parse_args()
     table = CONTROLS if a.controls else PEERS
-    names = a.only or list(table)
-    unknown = [n for n in names if n not in table]
+    known = list(table) if a.controls else [*CHUNKYARD, *table]
+    names = a.only or [n for n in known if n not in SLOW]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        ap.error(f"unknown: {', '.join(unknown)}; known: {', '.join(table)}")
-    modes = tuple(a.search or (["vector"] if a.controls else ["vector", "hybrid", "rrf"]))
-    run(names, table, a.name or ("controls" if a.controls else "peers"), k=a.k, modes=modes)
+        ap.error(f"unknown: {', '.join(unknown)}; known: {', '.join(known)}")
+    modes = tuple(a.search or (["vector"] if a.controls else ["hybrid", "vector"]))
+    budgets = tuple(a.budget) if a.budget is not None else (() if a.controls else BUDGETS)
+    name = a.name or ("controls" if a.controls else "peers") + ("" if a.qset == "chroma" else f"-{a.qset}")
+    run(names, table, name, k=a.k, modes=modes, budgets=budgets, qset=a.qset)
 
 
 if __name__ == "__main__":
