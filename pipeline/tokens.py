@@ -11,7 +11,7 @@ from array import array
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import platformdirs
 
@@ -229,6 +229,9 @@ class _AsciiWordPieces:
         self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
         self._added_other = any(not a.startswith("[") for a in added)  # BERT's are all "[...]"
         self._memo: dict[str, int] = {}
+        # no piece is longer than the longest vocabulary entry: the greedy search starts there
+        self._first_len = max(map(len, vocab), default=0)
+        self._next_len = max((len(k) - len(prefix) for k in vocab if k.startswith(prefix)), default=0)
 
     @classmethod
     def of(cls, tok) -> _AsciiWordPieces | None:  # noqa: ANN001 - a tokenizers.Tokenizer
@@ -274,15 +277,24 @@ class _AsciiWordPieces:
         return n
 
     def _word(self, w: str) -> int:
-        if len(w) > self._max:
+        size = len(w)
+        if size > self._max:
             return 1
-        vocab, prefix, n, start, size = self._vocab, self._prefix, 0, 0, len(w)
+        vocab = self._vocab
+        if w in vocab:
+            return 1
+        end = min(size, self._first_len)
+        while end > 0 and w[:end] not in vocab:
+            end -= 1
+        if end == 0:
+            return 1  # one [UNK] for the whole word
+        prefix, longest, n, start = self._prefix, self._next_len, 1, end
         while start < size:
-            end = size
-            while end > start and (w[start:end] if start == 0 else prefix + w[start:end]) not in vocab:
+            end = min(size, start + longest)
+            while end > start and prefix + w[start:end] not in vocab:
                 end -= 1
             if end == start:
-                return 1  # one [UNK] for the whole word
+                return 1
             n += 1
             start = end
         return n
@@ -342,8 +354,11 @@ def model_counter(model: str = DEFAULT_MODEL) -> ModelCounter:
     return cast(ModelCounter, counter("model", model))
 
 
-#: Offsets of a text where counts add up, with the unit and model counts before each (see `SpanIndexer`).
-SpanIndex = tuple["array[int]", "array[int]", "array[int]"]
+#: Offsets of a text where counts add up, with the unit and model counts before each (see `SpanIndexer`),
+#: and, when asked for, where each token starts (see `SpanIndexer.index`).
+SpanIndex = tuple["array[int]", "array[int]", "array[int]", "TokenStarts | None"]
+#: Per token of a text: the offset of the character it starts, or -1 where it starts inside one (numpy).
+TokenStarts = Any
 
 
 class SpanIndexer:
@@ -416,16 +431,21 @@ class SpanIndexer:
         if self._model._py is not None:
             self._model._py._memo.clear()
 
-    def index(self, text: str) -> SpanIndex | None:
+    def index(self, text: str, *, token_starts: bool = False) -> SpanIndex | None:
         """Safe offsets of text (0 and len(text) included), and unit and model counts before each; None if
-        the text holds one of the model's added tokens (the tokenizer matches those across words)."""
+        the text holds one of the model's added tokens (the tokenizer matches those across words).
+
+        With `token_starts`, also where each whole-text token starts (`TokenStarts`): the tokens between
+        two safe offsets are the tokens of that span alone, so windows of whole tokens need no other pass.
+        """
         np, py = self._np, self._model._py
         if py is None or not py.handles_added(text):
             return None
         ids = self._tik._enc.encode_to_numpy(text, disallowed_special=())  # encode_ordinary, as an array
         n = len(ids)
         if n == 0:
-            return array("q", [0, len(text)]), array("q", [0, 0]), array("q", [0, 0])
+            starts = np.zeros(0, np.int64) if token_starts else None
+            return array("q", [0, len(text)]), array("q", [0, 0]), array("q", [0, 0]), starts
         both = self._last[ids[:-1]] & self._first[ids[1:]]  # flags set on both sides of each join
         join = (both & 4) != 0  # token k-1 and k share a BERT word
         wp = self._wp[ids]
@@ -434,13 +454,14 @@ class SpanIndexer:
         alone[:-1] &= ~join
         wp[~alone] = 0
         ends = np.cumsum(self._blen[ids])
-        to_chars = None
-        if not text.isascii():  # byte offsets to character offsets
-            cp = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-            char_ends = np.cumsum(1 + (cp >= 0x80) + (cp >= 0x800) + (cp >= 0x10000))
+        to_chars, inside, begun = None, None, None
+        if not text.isascii():  # byte offsets to character offsets: the characters complete before each
+            inside = (np.frombuffer(text.encode("utf-8"), np.uint8) & 0xC0) == 0x80  # a continuation byte
+            begun = np.concatenate(([0], np.cumsum(~inside)))
+            inside = np.append(inside, False)
 
             def to_chars(x):  # noqa: ANN001, ANN202 - numpy arrays
-                return np.searchsorted(char_ends, x, side="right")
+                return begun[x] - inside[x]
 
         todo = np.flatnonzero(~alone)
         if len(todo):
@@ -470,7 +491,12 @@ class SpanIndexer:
             pos = to_chars(pos)
         pos[0], pos[-1] = 0, len(text)
         wcum = np.concatenate(([0], np.cumsum(wp)))[k]
-        return tuple(array("q", x.astype(np.int64).tobytes()) for x in (pos, k, wcum))  # type: ignore[return-value]
+        starts = None
+        if token_starts:
+            first = np.concatenate(([0], ends[:-1]))  # each token's first byte
+            starts = first if inside is None else np.where(inside[first], -1, begun[first])
+        pos, k, wcum = (array("q", x.astype(np.int64).tobytes()) for x in (pos, k, wcum))
+        return pos, k, wcum, starts
 
 
 def span_indexer(unit: Unit, model: str = DEFAULT_MODEL) -> SpanIndexer | None:

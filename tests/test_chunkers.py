@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from pipeline import tokens
 from pipeline.chunkers import REGISTRY, Chunker
 from pipeline.chunkers.base import register
+from pipeline.chunkers.fixed import starts_units, token_units
 from pipeline.chunkers.router import Router
 from pipeline.config import _ADAPTER, ChunkerConfig, Profile, RecursiveConfig, strategy_profile
 from pipeline.model import Document, Section
@@ -415,7 +416,7 @@ def test_span_index_counts_are_the_tokenizers_own(parts, data):
     unit, model = counter("cl100k_base"), counter("model")
     idx = tokens.span_indexer("cl100k_base").index(text)
     if idx is not None:
-        pos, units, pieces = idx
+        pos, units, pieces, _ = idx
         assert pos[0] == 0 and pos[-1] == len(text) and list(pos) == sorted(pos)
         for _ in range(10):
             i = data.draw(st.integers(0, len(pos) - 1))
@@ -431,6 +432,14 @@ def test_span_index_counts_are_the_tokenizers_own(parts, data):
         a = data.draw(st.integers(0, len(text)))
         b = data.draw(st.integers(a, len(text)))
         assert m.counts(a, b) == (unit.count(text[a:b]), model.count(text[a:b])), text[a:b]
+    fixed = build(_ADAPTER.validate_python({"kind": "fixed"}))
+    mf = fixed.measure(doc, doc.sections[0])
+    for _ in range(10):  # token windows off the index: the units of the span tokenized on its own
+        a = data.draw(st.integers(0, len(text)))
+        b = data.draw(st.integers(a, len(text)))
+        found = mf.token_starts(a, b)
+        if found is not None:
+            assert starts_units(found, a, b) == token_units(unit.encode_offsets(text[a:b]), a, b), text[a:b]
 
 
 def test_python_word_pieces_match_the_tokenizer_on_its_vocabulary():

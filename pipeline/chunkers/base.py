@@ -72,6 +72,8 @@ class Chunker(ABC):
     kind: ClassVar[str]
     #: Model word pieces the clipped context may take; subclasses with richer context raise it.
     context_tokens: ClassVar[int] = MAX_CONTEXT_TOKENS
+    #: Whether the span index should say where each token starts (`Measure.token_starts`).
+    token_starts: ClassVar[bool] = False
 
     def __init__(self, config: Any, *, model: str = DEFAULT_MODEL, model_limit: int | None = None) -> None:
         """`model_limit`: word pieces the model reads (context included); None = the model's own limit."""
@@ -145,7 +147,7 @@ class Chunker(ABC):
         if self.indexer is not None and len(secs) > 1:
             lo, hi = min(s.start for s in secs), max(s.end for s in secs)
             if hi - lo <= 2 * sum(s.end - s.start for s in secs):  # mostly contiguous: index them at once
-                idx = self.indexer.index(doc.text[lo:hi])
+                idx = self.indexer.index(doc.text[lo:hi], token_starts=self.token_starts)
                 if idx is not None:
                     self._tls.index = (doc, lo, hi, idx)
         try:
@@ -176,7 +178,7 @@ class Chunker(ABC):
         known = getattr(self._tls, "index", None)
         if known is not None and known[0] is doc and known[1] <= section.start and section.end <= known[2]:
             return known[1], known[3]
-        idx = self.indexer.index(doc.text[section.start : section.end])
+        idx = self.indexer.index(doc.text[section.start : section.end], token_starts=self.token_starts)
         return None if idx is None else (section.start, idx)
 
     def chunk_text(self, text: str, *, title: str = "") -> list[Chunk]:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from itertools import accumulate
+
 from pipeline.chunkers.base import Chunker, register
 from pipeline.chunkers.spans import Fits
 from pipeline.model import Document, Section, Span, strip_span
+from pipeline.tokens import TokenStarts
 
 
 @register
@@ -12,11 +16,16 @@ class FixedChunker(Chunker):
     """Token (cl100k / o200k / the model's word pieces), character or word windows: the baseline."""
 
     kind = "fixed"
+    token_starts = True  # tiktoken windows come straight off the span index's tokens
 
     def split(self, doc: Document, section: Section) -> list[Span]:
         text = doc.text
-        bounds, weights = self.units(text, section.start, section.end)
         fits = self.fits_for(doc, section)
+        found = self.measure(doc, section).token_starts(section.start, section.end)
+        if found is not None:
+            bounds, weights = starts_units(found, section.start, section.end)
+        else:
+            bounds, weights = self.units(text, section.start, section.end)
 
         def stripped_fits(a: int, b: int) -> bool:
             # judged as stored: without its outer whitespace (" grated" is one token, "grated" two)
@@ -61,17 +70,28 @@ def token_units(offsets: list[tuple[int, int]], a: int, b: int) -> tuple[list[in
     return bounds, weights
 
 
+def starts_units(starts: TokenStarts, a: int, b: int) -> tuple[list[int], list[int]]:
+    """`token_units` of [a, b) from where its tokens start (`tokens.TokenStarts`): the same units, whole
+    tokens that each start on a character, without decoding a token in Python."""
+    import numpy as np
+
+    n = len(starts)
+    if n == 0:
+        return [a, b], [0]
+    new = np.flatnonzero(starts[1:] >= 0) + 1  # the tokens that begin a unit (the first always does)
+    bounds = [a, *starts[new].tolist(), b]
+    weights = np.diff(np.concatenate(([0], new, [n]))).tolist()
+    return bounds, weights
+
+
 def windows(bounds: list[int], weights: list[int], fits: Fits, size: int, overlap: int) -> list[Span]:
     """Greedy windows of whole units up to `size`, shrunk until `fits`, sharing up to `overlap` units."""
     n = len(weights)
+    cum = [0, *accumulate(weights)]
     out: list[Span] = []
     i = 0
     while i < n:
-        j, total = i, 0
-        while j < n and total + weights[j] <= size:
-            total += weights[j]
-            j += 1
-        j = max(j, i + 1)
+        j = max(bisect_right(cum, cum[i] + size, i, n + 1) - 1, i + 1)  # the most units within size
         if not fits(bounds[i], bounds[j]):  # the real count or the model limit says less
             lo, hi = i + 1, j - 1
             while lo < hi:

@@ -13,7 +13,7 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from pipeline.model import Document, Section, Span
-from pipeline.tokens import SpanIndex, WordPieces, counter
+from pipeline.tokens import SpanIndex, TokenStarts, WordPieces, counter
 
 if TYPE_CHECKING:
     from pipeline.chunkers.base import Chunker
@@ -78,7 +78,7 @@ class Measure:
             both = self._unit_alone(a, b), self._model_alone(a, b)
         else:
             s = self._base
-            pos, units, pieces = idx
+            pos, units, pieces, _ = idx
             x, y = a - s, b - s
             i, j = bisect_left(pos, x), bisect_right(pos, y) - 1
             if i > j:  # no safe offset inside: the span on its own
@@ -94,6 +94,37 @@ class Measure:
                 both = u, m
         self._both[key] = both
         return both
+
+    def token_starts(self, a: int, b: int) -> TokenStarts | None:
+        """Where each token of text[a:b] alone starts (`tokens.TokenStarts`, absolute offsets), or None
+        without an index that holds them (the chunker's `token_starts`) or a safe offset inside [a, b].
+
+        Between the first and the last safe offset inside the span the tokens are the index's; the few
+        characters outside them are tokenized on their own (no token crosses a safe offset)."""
+        import numpy as np
+
+        idx = self._index
+        if idx is None or idx[3] is None or a < self.section.start or b > self.section.end:
+            return None
+        pos, units, _, starts = idx
+        s = self._base
+        i, j = bisect_left(pos, a - s), bisect_right(pos, b - s) - 1
+        if i > j:
+            return None
+        mid = starts[units[i] : units[j]]
+        return np.concatenate(
+            (self._starts_alone(a, s + pos[i]), mid + s * (mid >= 0), self._starts_alone(s + pos[j], b))
+        )
+
+    def _starts_alone(self, a: int, b: int) -> TokenStarts:
+        """`token_starts` of text[a:b] from the unit's tokenizer itself (a word or two)."""
+        import numpy as np
+
+        out, prev = [], a
+        for s, e in self._unit_counter.encode_offsets(self.text[a:b]):
+            out.append(a + s if a + s >= prev else -1)  # a token that starts inside a character: -1
+            prev = a + e
+        return np.array(out, np.int64)
 
     def _direct(self, a: int, b: int) -> tuple[int, int]:
         """Counts of text[a:b] by the tokenizers themselves."""
