@@ -2,7 +2,7 @@
 
     python bench/eval_chroma.py target --set fastapi      # any harness run, on the FastAPI dev set
 
-`bench/data/fastapi-qa.jsonl`: questions written for this repository over the FastAPI tutorial (release
+`bench/data/fastapi-spans.jsonl`: questions written for this repository over the FastAPI tutorial (release
 0.140.0, top-level pages of docs/en/docs/tutorial; 41 files with real heading structure). Each answer is a
 character span `[start, end, sha256 prefix]` of one page: the pages are never copied into the repository,
 so the set is materialized at run time from ../shared (or $CHUNKYARD_FASTAPI_DIR), each span checked against
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 SETS = {
-    "fastapi": ("fastapi-docs", "0.140.0/tutorial", ROOT / "bench" / "data" / "fastapi-qa.jsonl"),
+    "fastapi": ("fastapi-docs", "0.140.0/tutorial", ROOT / "bench" / "data" / "fastapi-spans.jsonl"),
 }
 
 
