@@ -124,6 +124,16 @@ def test_budget_counts_overlapping_chunks_in_full():
     assert s["recall"] == 1.0 and s["precision"] == pytest.approx(40 / 120) and s["tokens"] == 12
 
 
+def test_budget_option_takes_repeats_and_lists():
+    from pipeline.cli.query import _budgets
+
+    assert _budgets(["1024", "256,512", "512"]) == [256, 512, 1024]
+    with pytest.raises(ev.ConfigError, match="--budget '0'"):
+        _budgets(["256,0"])
+    with pytest.raises(ev.ConfigError, match="--budget 'many'"):
+        _budgets(["many"])
+
+
 def test_summarize_is_x100_with_population_std():
     rows = [
         {"recall": 1.0, "precision": 0.1, "precision_omega": 0.5, "iou": 0.1, "hit": 1.0, "rr": 1.0},
