@@ -91,11 +91,27 @@ def openvino_runner(folder: Path) -> Runner:
             req.infer({"input_ids": batches[0][0], "attention_mask": batches[0][1]})
             done(0, np.array(req.get_output_tensor(0).data, dtype=np.float32))
             return
-        queue = ov.AsyncInferQueue(compiled, jobs)  # per call: flow tasks may encode from several threads
-        queue.set_callback(lambda req, n: done(n, np.array(req.get_output_tensor(0).data, dtype=np.float32)))
+        # Requests of this call (flow tasks may encode from several threads), round robin, results read here:
+        # no Python callback runs on OpenVINO's stream threads. With AsyncInferQueue's callbacks a stream
+        # thread could be waiting for the GIL when a compiled model was destroyed (GIL held, joining that
+        # thread): the process hung (py-spy: ~CPUStreamsExecutor in std::thread::join).
+        reqs = [compiled.create_infer_request() for _ in range(min(jobs, len(batches)))]
+        pending: list[int | None] = [None] * len(reqs)
+
+        def collect(i: int) -> None:
+            n = pending[i]
+            if n is not None:
+                reqs[i].wait()
+                done(n, np.array(reqs[i].get_output_tensor(0).data, dtype=np.float32))
+                pending[i] = None
+
         for n, (ids, mask) in enumerate(batches):
-            queue.start_async({"input_ids": ids, "attention_mask": mask}, userdata=n)
-        queue.wait_all()
+            i = n % len(reqs)
+            collect(i)
+            reqs[i].start_async({"input_ids": ids, "attention_mask": mask})
+            pending[i] = n
+        for i in range(len(reqs)):
+            collect(i)
 
     return run
 
