@@ -77,27 +77,23 @@ BEGIN
 END
 $$;
 
--- Every table with a chunkyard policy, from here on: later tables need only their policies.
-CREATE OR REPLACE FUNCTION chunkyard_enable_rls() RETURNS void
+-- Every table with a chunkyard policy, from here on (embedding sets' partitions included): later tables need
+-- only their policies.
+CREATE FUNCTION chunkyard_set_rls(p_on boolean) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     t text;
 BEGIN
-    FOR t IN SELECT DISTINCT p.tablename FROM pg_policies p WHERE p.schemaname = current_schema() LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
+    FOR t IN SELECT DISTINCT p.tablename FROM pg_policies p WHERE p.schemaname = current_schema() ORDER BY 1 LOOP
+        EXECUTE format('ALTER TABLE %I %s ROW LEVEL SECURITY', t, CASE WHEN p_on THEN 'ENABLE' ELSE 'DISABLE' END);
     END LOOP;
 END
 $$;
+REVOKE EXECUTE ON FUNCTION chunkyard_set_rls(boolean) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION chunkyard_disable_rls() RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    t text;
-BEGIN
-    FOR t IN SELECT DISTINCT p.tablename FROM pg_policies p WHERE p.schemaname = current_schema() LOOP
-        EXECUTE format('ALTER TABLE %I DISABLE ROW LEVEL SECURITY', t);
-    END LOOP;
-END
-$$;
+CREATE OR REPLACE FUNCTION chunkyard_enable_rls() RETURNS void LANGUAGE sql VOLATILE
+AS $$ SELECT chunkyard_set_rls(true) $$;
+
+CREATE OR REPLACE FUNCTION chunkyard_disable_rls() RETURNS void LANGUAGE sql VOLATILE
+AS $$ SELECT chunkyard_set_rls(false) $$;

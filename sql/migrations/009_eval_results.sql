@@ -64,29 +64,3 @@ BEGIN
     END IF;
 END
 $$;
-
--- chunkyard_enable_rls / chunkyard_disable_rls cover every table of the schema that has a policy: this
--- table and any later one, without a list to keep in step with the migrations.
-CREATE OR REPLACE FUNCTION chunkyard_enable_rls() RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    t text;
-BEGIN
-    FOR t IN SELECT DISTINCT tablename FROM pg_policies WHERE schemaname = current_schema() ORDER BY 1 LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-    END LOOP;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION chunkyard_disable_rls() RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    t text;
-BEGIN
-    FOR t IN SELECT DISTINCT tablename FROM pg_policies WHERE schemaname = current_schema() ORDER BY 1 LOOP
-        EXECUTE format('ALTER TABLE %I DISABLE ROW LEVEL SECURITY', t);
-    END LOOP;
-END
-$$;
