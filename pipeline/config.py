@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.errors import ConfigError
@@ -18,6 +26,12 @@ from pipeline.errors import ConfigError
 Unit = Literal["cl100k_base", "o200k_base", "model", "chars", "words"]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+#: What a chunk's embedded context holds (`Chunker.context_for`): nothing; the document title; the nearest
+#: heading; title and nearest heading; title and the full heading path.
+ContextMode = Literal["none", "title", "heading", "title_heading", "path"]
+#: Stored profiles from before `context` was a choice, and their fingerprints (unchanged: no re-chunk).
+CONTEXT_FROM_BOOL: dict[bool, ContextMode] = {True: "path", False: "none"}
 
 #: Embedding backends and the tag their vectors carry in the embedding key (torch: the model's own vectors).
 BACKEND_TAGS = {"torch": "", "openvino": "openvino-int8", "onnx": "onnx-fp32"}
@@ -84,9 +98,17 @@ class _Chunker(BaseModel):
 
     size: int = Field(default=256, ge=8, description="Token budget per chunk, in `unit`.")
     unit: Unit = "cl100k_base"
-    context: bool = Field(
-        default=True, description="Prefix the embedded text with title and heading path (not the span)."
+    context: ContextMode = Field(
+        default="path",
+        description="What is embedded before the span (never part of it): none, the document title, the "
+        "nearest heading, title and nearest heading, or title and full heading path. true/false = path/none.",
     )
+
+    @field_validator("context", mode="before")
+    @classmethod
+    def _context_from_bool(cls, v: object) -> object:
+        """Profiles stored before the option was a choice say true (today's "path") or false ("none")."""
+        return CONTEXT_FROM_BOOL.get(v, v) if isinstance(v, bool) else v
 
 
 class FixedConfig(_Chunker):
@@ -221,8 +243,12 @@ class Profile(BaseModel):
 
     def fingerprint_for(self, doc_type: DocType) -> str:
         """Hash of exactly the settings that shape chunks of this type: a change re-chunks only them."""
+        chunker = self.for_type(doc_type).model_dump(mode="json")
+        legacy = {mode: flag for flag, mode in CONTEXT_FROM_BOOL.items()}
+        if chunker.get("context") in legacy:  # hashed as when it was a bool: collections keep their rows
+            chunker["context"] = legacy[chunker["context"]]
         payload = {
-            "chunker": self.for_type(doc_type).model_dump(mode="json"),
+            "chunker": chunker,
             "sections": self.section_tokens_for(doc_type),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

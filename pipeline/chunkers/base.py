@@ -95,12 +95,22 @@ class Chunker(ABC):
     # ------------------------------------------------------------------------------------ shared
 
     def context_for(self, doc: Document, section: Section, span: Span) -> str:
-        """Title and heading path, prepended to the embedded text when config.context is set."""
-        if not getattr(self.config, "context", False):
+        """What config.context asks to embed before the span: title, nearest heading, or both, or the path.
+
+        Only what is named is embedded, so only its edits re-embed: with the nearest heading, a renamed
+        heading higher up (a release note gaining its date) leaves the chunks below it as they were.
+        """
+        mode = getattr(self.config, "context", "none")
+        if mode == "none":
             return ""
-        parts = [doc.title] if doc.title else []
-        parts += [h for h in section.heading_path if h and h != doc.title]
-        return " > ".join(parts)
+        title = doc.title if mode in ("title", "title_heading", "path") else ""
+        headings = [h for h in section.heading_path if h and h != doc.title]
+        if mode == "title":
+            headings = []
+        elif mode in ("heading", "title_heading"):
+            near = next((h for h in reversed(section.heading_path) if h), "")
+            headings = [near] if near and (mode == "heading" or near != doc.title) else []
+        return " > ".join(([title] if title else []) + headings)
 
     def metadata_for(self, doc: Document, section: Section, span: Span) -> dict[str, Any]:
         """Extra JSON stored with a chunk; strategies add what helps someone reading the table."""

@@ -176,7 +176,7 @@ class CodeChunker(Chunker):
 
     def context_for(self, doc: Document, section: Section, span: Span) -> str:
         """File name, then imports (unless in the span) and enclosing signatures, within `context_tokens`."""
-        if not getattr(self.config, "context", False):
+        if getattr(self.config, "context", "none") == "none":
             return ""
         p = self.parsed(doc)
         if p is None:  # not code: the plain heading context, as short as everywhere else

@@ -193,7 +193,7 @@ class MarkdownChunker(Chunker):
 
     def context_for(self, doc: Document, section: Section, span: Span) -> str:
         """Heading path (as short as everywhere else), plus a table's header rows below them."""
-        if not getattr(self.config, "context", False):
+        if getattr(self.config, "context", "none") == "none":
             return ""
         base = super().context_for(doc, section, span)
         base = clip_context(self.model, MAX_CONTEXT_TOKENS, base) if base else base
