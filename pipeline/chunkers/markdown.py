@@ -65,6 +65,8 @@ class MarkdownChunker(Chunker):
     kind = "markdown"
     #: the heading path (48 word pieces at most, as for every strategy) and a table's header rows
     context_tokens: ClassVar[int] = 96
+    #: the context (heading path, a table's header rows) depends only on where a span starts
+    context_by_start: ClassVar[bool] = True
 
     # --------------------------------------------------------------------------- block structure
 

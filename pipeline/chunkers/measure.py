@@ -57,6 +57,8 @@ class Measure:
             if cls.context_for is Chunker.context_for and cls.context is Chunker.context
             else None
         )
+        # a strategy whose context depends only on where a span starts (markdown) says so: one per start
+        self._budget_at: dict[int, int] | None = {} if getattr(cls, "context_by_start", False) else None
 
     @cached_property
     def _index(self) -> SpanIndex | None:
@@ -85,11 +87,14 @@ class Measure:
                 both = self._direct(a, b)
             else:
                 u, m = units[j] - units[i], pieces[j] - pieces[i]
-                if x < pos[i]:
-                    du, dm = self._direct(a, s + pos[i])
+                frags = self._fragments
+                if x < pos[i]:  # the few characters before the first safe offset (a fragment seen before?)
+                    d = frags.get(self.text[a : s + pos[i]]) if pos[i] - x <= 32 else None
+                    du, dm = d if d is not None else self._direct(a, s + pos[i])
                     u, m = u + du, m + dm
                 if pos[j] < y:
-                    du, dm = self._direct(s + pos[j], b)
+                    d = frags.get(self.text[s + pos[j] : b]) if y - pos[j] <= 32 else None
+                    du, dm = d if d is not None else self._direct(s + pos[j], b)
                     u, m = u + du, m + dm
                 both = u, m
         self._both[key] = both
@@ -229,8 +234,18 @@ class Measure:
             if u > self.size:
                 return False
             m = self.model(a, b)
+        if u > self.size:
+            return False
         budget = self._fixed_budget
-        return u <= self.size and m <= (self.budget(a, b) if budget is None else budget)
+        if budget is None:
+            at = self._budget_at
+            if at is None:
+                budget = self.budget(a, b)
+            else:
+                budget = at.get(a)
+                if budget is None:
+                    budget = at[a] = self.budget(a, b)
+        return m <= budget
 
 
 @lru_cache(maxsize=8192)
