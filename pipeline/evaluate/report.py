@@ -124,7 +124,7 @@ def _rpi(s: dict) -> str:
 
 
 def budget_plot(results: Sequence[dict], path: Path | str, *, title: str = "") -> Path:
-    """Recall against the token budget, one line per configuration, one panel per search mode."""
+    """Recall against the token budget, one line per configuration (the first one bold), one panel per mode."""
     try:
         import matplotlib
     except ImportError as exc:
@@ -140,8 +140,11 @@ def budget_plot(results: Sequence[dict], path: Path | str, *, title: str = "") -
                 continue
             bs = sorted(r["budgets"], key=int)
             ax.plot([int(b) for b in bs], [r["budgets"][b]["summary"]["recall"]["mean"] for b in bs],
-                    marker="o", label=r["label"])  # fmt: skip
+                    marker="o", label=r["label"], linewidth=2.5 if r["label"] == results[0]["label"] else 1.2)  # fmt: skip
         ax.set_xscale("log", base=2)
+        ticks = [int(b) for b in _budgets(results)]
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
         ax.set_xlabel("context budget (cl100k tokens)")
         ax.set_title(f"{mode} search")
         ax.grid(alpha=0.3)
