@@ -101,6 +101,20 @@ _PUNCT = re.compile(r"[!?。．！？…•]|\.(?!\d)|(?<!\d)\.")
 #: and the last of "u.s." (but not of a.m. and p.m., which it cuts before a capital).
 _NEVER_CUT = re.compile(r"(?<=\w)\.(?=\w)|\.(?=\d)|(?<=\d)\.(?=\S)|(?<=\s[A-Z])\.(?=\s)")
 _MULTI_PERIOD = re.compile(r"\b[a-z](?:\.[a-z])+\.", re.I)
+#: ... unless it puts them back before a sentence starter ("U.S. The", "I. The"; its own list).
+_STARTER_AFTER = re.compile(
+    r"\s(?:A|Being|Did|For|He|How|However|I|In|It|Millions|More|She|That|The|There|They|We|What|When|Where|"
+    r"Who|Why)\s"
+)
+#: A full stop after a word that may be an abbreviation; and what follows one that pysbd keeps as is
+#: (abbreviations are looked for line by line: nothing past a newline counts): prepositive ("Dr."),
+#: before a number ("No."), any other.
+_ABBR_STOP = re.compile(r"(?<![^\s])([A-Za-z]+)\.")
+_KEEP_AFTER = (
+    re.compile(r"\s|:\d"),
+    re.compile(r"[^\S\n]\d|[^\S\n]+\("),
+    re.compile(r"[.:\-?,]|[^\S\n](?:[a-z]|I\s|I'm|I'll|\d|\()"),
+)
 #: What pysbd may take as a sentence of its own at the start of a text (its sentence boundary rules).
 _OPENERS = frozenset("'\"“(（「")
 #: A full stop after a plain word (two letters or more) that ends a sentence for pysbd too when a word
@@ -184,6 +198,19 @@ def _abbreviations(lang: str) -> frozenset[str]:
     )
 
 
+@lru_cache(maxsize=32)
+def _abbreviation_kinds(lang: str) -> dict[str, int]:
+    """Abbreviation -> which of `_KEEP_AFTER` pysbd applies to its full stop (its order: prepositive first)."""
+    abbr = pysbd.languages.Language.get_language_code(lang).Abbreviation
+    kinds: dict[str, int] = {}
+    for k, words in enumerate(
+        (abbr.PREPOSITIVE_ABBREVIATIONS, abbr.NUMBER_ABBREVIATIONS, abbr.ABBREVIATIONS)
+    ):
+        for w in words:
+            kinds.setdefault(w.strip().lower(), k)
+    return kinds
+
+
 def _pysbd(text: str, lang: str) -> list[str]:
     # a fresh segmenter per call: it is cheap (microseconds) and pysbd keeps per-text state on it
     return pysbd.Segmenter(language=lang, clean=False).segment(text)
@@ -226,7 +253,7 @@ def _regions(text: str, a: int, b: int, lang: str) -> Iterator[tuple[int, int, b
             # one sentence for pysbd too unless sentence punctuation comes before its last character
             seg = text[x:c]
             lead, last = len(seg) - len(seg.lstrip()), x + len(seg.rstrip()) - 1
-            ask = seg[lead : lead + 1] in _OPENERS or _ambiguous(text, x, last)
+            ask = seg[lead : lead + 1] in _OPENERS or _ambiguous(text, x, last, lang)
             numbered = len([f for f in lists if x <= a + f[0] < c])  # kinds whose list is in this stretch
             if len(_lists_act(seg)) > numbered:
                 yield a, b, True  # a stretch alone would number what the text does not: the text as a whole
@@ -237,7 +264,7 @@ def _regions(text: str, a: int, b: int, lang: str) -> Iterator[tuple[int, int, b
     yield from out
 
 
-def _ambiguous(text: str, a: int, last: int) -> bool:
+def _ambiguous(text: str, a: int, last: int, lang: str) -> bool:
     """Whether text[a:last] holds sentence punctuation that pysbd might cut at."""
     found = [m.start() for m in _PUNCT.finditer(text, a, last + 1) if m.start() < last]
     if not found:
@@ -246,7 +273,14 @@ def _ambiguous(text: str, a: int, last: int) -> bool:
     never.update(
         m.end() - 1 for m in _MULTI_PERIOD.finditer(text, a, last + 1) if m[0].lower() not in ("a.m.", "p.m.")
     )
-    return any(p not in never for p in found)
+    kinds = _abbreviation_kinds(lang)
+    for m in _ABBR_STOP.finditer(text, a, last):
+        k = kinds.get(m[1].lower())
+        if k is not None and _KEEP_AFTER[k].match(text, m.end(), last + 1):
+            never.add(m.end() - 1)
+    return any(
+        p not in never or (text[p - 1] in "SKUAIvV" and _STARTER_AFTER.match(text, p + 1)) for p in found
+    )
 
 
 def sentence_spans(text: str, a: int, b: int, *, language: str = "en") -> list[Span]:
