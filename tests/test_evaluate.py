@@ -236,7 +236,7 @@ def test_parse_config():
     assert c.label == "R" and c.model_truncates
     assert c.profile.text.size == 250 and c.profile.text.overlap == 125
     assert tuple(c.profile.text.separators) == ev.CHROMA_SEPARATORS
-    assert c.profile.markdown == c.profile.text and not c.profile.text.context
+    assert c.profile.markdown == c.profile.text and c.profile.text.context == "none"
     d = ev.parse_config("default:section_tokens=100000,as=text")
     assert d.doc_type == "text" and d.profile.section_tokens == 100000
     s = ev.parse_config('recursive:separators=["\\n\\n", ". "],size=64')
