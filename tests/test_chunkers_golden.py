@@ -62,7 +62,7 @@ MD_HEADER = "| Number | Symbol | Name | Atomic weight |\n| ---: | :---: | --- | 
 def test_markdown_headings_become_the_context_path():
     doc = load("guide.md")
     assert doc.title == "Field guide to the elements"
-    out = chunks_of(MarkdownConfig(size=512), doc)
+    out = chunks_of(MarkdownConfig(size=512, context="path"), doc)  # the full path (default: title + nearest)
     loader = [c for _, c in out if "The whole loader" in c.text]
     assert len(loader) == 1
     assert loader[0].context == "Field guide to the elements > Reading the data > The loader"

@@ -141,3 +141,12 @@ def test_context_is_a_choice_named_in_errors_and_params():
     assert strategy_profile("markdown", size=144, context="heading").markdown.context == "heading"
     with pytest.raises(ConfigError, match=r"markdown.*context"):
         profile_from_dict({"markdown": {"kind": "markdown", "context": "chapter"}})
+
+
+def test_the_default_is_title_and_nearest_heading():
+    """Chosen on retrieval and re-embeds (README): a stored `true` stays the full path, so it keeps its rows."""
+    assert Profile().markdown.context == Profile().text.context == "title_heading"
+    assert profile_from_dict({"markdown": {"kind": "markdown", "context": True}}).markdown.context == "path"
+    assert Profile().fingerprint_for("markdown") != profile_from_dict(
+        {"markdown": {"kind": "markdown", "size": 144, "overlap": 0, "context": True}}
+    ).fingerprint_for("markdown")  # a collection on the old default is re-chunked once by the new one
