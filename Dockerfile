@@ -1,4 +1,4 @@
-# The chunkyard worker image: CPU torch, chunkyard with its Dask extra, the flows, sql/ and prefect.yaml.
+# The chunkyard worker image: CPU torch, chunkyard with its Dask and fast (OpenVINO) extras, the flows, sql/ and prefect.yaml.
 # Built by docker-compose.yml (service `worker`); the same image runs the optional Dask scheduler/workers.
 FROM python:3.11-slim
 
@@ -23,6 +23,6 @@ COPY prefect.yaml ./
 
 # A normal install: the wheel carries sql/ (as pipeline.sql). The sources stay in /app for prefect.yaml's
 # entrypoints (flows/*.py); Prefect pinned to the server image's version.
-RUN pip install ".[dask]" "prefect==${PREFECT_VERSION}"
+RUN pip install ".[dask,fast]" "prefect==${PREFECT_VERSION}"
 
 CMD ["chunkyard", "--help"]

@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	# torch first, from the CPU index (falls back to the default index, e.g. a local wheel mirror)
 	$(BIN)/pip install --retries 0 --timeout 20 --index-url $(TORCH_INDEX) "torch==$(TORCH_VERSION)" \
 	  || $(BIN)/pip install "torch==$(TORCH_VERSION)"
-	$(BIN)/pip install -e ".[dev,dask,ocr]"
+	$(BIN)/pip install -e ".[dev,dask,ocr,fast]"
 	touch $@
 
 demo: install

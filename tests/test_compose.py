@@ -96,7 +96,7 @@ def test_versions_agree_with_the_code(compose):
     dockerfile = (ROOT / "Dockerfile").read_text()
     for arg in args:
         assert re.search(rf"^ARG {arg}=", dockerfile, re.M), f"Dockerfile has no ARG {arg}"
-    assert "whl/cpu" in dockerfile and '".[dask]"' in dockerfile
+    assert "whl/cpu" in dockerfile and '".[dask,fast]"' in dockerfile  # CPU torch, OpenVINO for embedding
     for svc in ("dask-scheduler", "dask-worker"):
         assert services[svc]["image"] == worker["image"] and services[svc]["profiles"] == ["dask"]
 
