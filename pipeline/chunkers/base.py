@@ -112,6 +112,11 @@ class Chunker(ABC):
             headings = [near] if near and (mode == "heading" or near != doc.title) else []
         return " > ".join(([title] if title else []) + headings)
 
+    def context_varies(self, doc: Document, section: Section) -> bool:
+        """Whether `context_for` may differ between spans of this section (a strategy that knows better,
+        with `context_by_start`, says no where it can: its model budget is then asked once)."""
+        return True
+
     def metadata_for(self, doc: Document, section: Section, span: Span) -> dict[str, Any]:
         """Extra JSON stored with a chunk; strategies add what helps someone reading the table."""
         return {}
@@ -126,6 +131,7 @@ class Chunker(ABC):
         text = doc.text
         m = self.measure(doc, section)
         out: list[Chunk] = []
+        same = self.context(doc, section, (section.start, section.start)) if m.same_context else None
         try:
             for a, b in self.split(doc, section):
                 for s, e in self._enforce(doc, section, a, b, m.fits):
@@ -135,7 +141,7 @@ class Chunker(ABC):
                             e,
                             text[s:e],
                             m.unit(s, e),
-                            self.context(doc, section, (s, e)),
+                            self.context(doc, section, (s, e)) if same is None else same,
                             self.metadata_for(doc, section, (s, e)) | doc.page_metadata(s, e),
                         )
                     )

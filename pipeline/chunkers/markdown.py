@@ -202,6 +202,10 @@ class MarkdownChunker(Chunker):
         header = self.header_for(doc, section, span[0])
         return f"{base}\n{header}" if base and header else base or header
 
+    def context_varies(self, doc: Document, section: Section) -> bool:
+        """Only a table's header rows make one span's context differ from another's in a section."""
+        return any(self.table_header_end(doc.text, x, y) is not None for x, y in section.atomic)
+
     def header_for(self, doc: Document, section: Section, pos: int) -> str:
         """The header rows of the table that `pos` lies in, past those rows; else ''."""
         text = doc.text

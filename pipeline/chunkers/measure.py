@@ -52,13 +52,16 @@ class Measure:
         self._fragments = chunker.fragments
         # the context (hence the model budget) is the same for every span unless a strategy says otherwise
         cls = type(chunker)
-        self._fixed_budget = (
-            self.budget(section.start, section.start)
-            if cls.context_for is Chunker.context_for and cls.context is Chunker.context
-            else None
-        )
-        # a strategy whose context depends only on where a span starts (markdown) says so: one per start
-        self._budget_at: dict[int, int] | None = {} if getattr(cls, "context_by_start", False) else None
+        #: whether every span of the section gets the same context (so the same model budget)
+        self.same_context = cls.context_for is Chunker.context_for and cls.context is Chunker.context
+        self._fixed_budget = self.budget(section.start, section.start) if self.same_context else None
+        # a strategy whose context depends only on where a span starts (markdown) says so: one per start,
+        # and none at all in a section where it says the start makes no difference (no table)
+        by_start = getattr(cls, "context_by_start", False)
+        if by_start and self._fixed_budget is None and not chunker.context_varies(doc, section):
+            self.same_context = True
+            self._fixed_budget = self.budget(section.start, section.start)
+        self._budget_at: dict[int, int] | None = {} if by_start else None
 
     @cached_property
     def _index(self) -> SpanIndex | None:
