@@ -493,14 +493,19 @@ class SpanIndexer:
             hi = ends[stops - 1]
             if to_chars is not None:
                 lo, hi = to_chars(lo), to_chars(hi)
-            memo, count, vals = self._memo, self._model.count_fast, []
+            memo, vals = self._memo, []
             if len(memo) > self._MEMO_LIMIT:
                 memo.clear()
+            # `count_fast`, less its test for added tokens: the whole text has none, so no piece has
+            py_count, other, encode = py.count, _NOT_PLAIN_ASCII.search, self._model._fast.encode
             for x, y in zip(lo.tolist(), hi.tolist(), strict=True):
                 piece = text[x:y]
                 c = memo.get(piece)
                 if c is None:
-                    c = memo[piece] = count(piece)
+                    if piece.isascii() and other(piece) is None:
+                        c = memo[piece] = py_count(piece)
+                    else:
+                        c = memo[piece] = len(encode(piece, add_special_tokens=False))
                 vals.append(c)
             wp[starts] = vals
         safe = (both & 11) != 0

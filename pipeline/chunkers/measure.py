@@ -69,7 +69,12 @@ class Measure:
         found = self.chunker.span_index(self.doc, self.section)
         if found is None:
             return None
-        self._base = found[0]
+        self._base = base = found[0]
+        # the safe offsets of the section: where every search of a span's ends starts (a document's index
+        # holds every section's)
+        pos = found[1][0]
+        self._lo = max(bisect_left(pos, self.section.start - base) - 1, 0)
+        self._hi = min(bisect_right(pos, self.section.end - base) + 1, len(pos))
         return found[1]
 
     def counts(self, a: int, b: int) -> tuple[int, int]:
@@ -85,7 +90,7 @@ class Measure:
             s = self._base
             pos, units, pieces, _ = idx
             x, y = a - s, b - s
-            i, j = bisect_left(pos, x), bisect_right(pos, y) - 1
+            i, j = bisect_left(pos, x, self._lo, self._hi), bisect_right(pos, y, self._lo, self._hi) - 1
             if i > j:  # no safe offset inside: the span on its own
                 both = self._direct(a, b)
             else:
@@ -230,7 +235,10 @@ class Measure:
         """Within the unit budget, and within the model's limit together with its context."""
         if b - a > self._reject_chars:  # far too long to fit: not worth tokenizing (rejecting is safe)
             return False
-        if self._index is not None:
+        both = self._both.get((a, b))
+        if both is not None:
+            u, m = both
+        elif self._index is not None:
             u, m = self.counts(a, b)
         else:
             u = self.unit(a, b)

@@ -26,9 +26,17 @@ def split_points(text: str, a: int, b: int, sep: str, atomic: Sequence[Span]) ->
     if sep == "":
         return []
     pts = []
+    n = len(sep)
     i = text.find(sep, a, b)
+    if not atomic:
+        while i >= 0:
+            p = i + n
+            if p < b:
+                pts.append(p)
+            i = text.find(sep, p, b)
+        return pts
     while i >= 0:
-        p = i + len(sep)
+        p = i + n
         if p < b and not _inside(p, atomic):
             pts.append(p)
         i = text.find(sep, p, b)
@@ -58,8 +66,12 @@ def recursive_spans(
             continue
         bounds = [a, *pts, b]
         out: list[Span] = []
+        rest = separators[k + 1 :]
         for x, y in zip(bounds, bounds[1:], strict=False):
-            out.extend(recursive_spans(text, x, y, fits, separators[k + 1 :], inner_atomic))
+            if fits(x, y):  # what the call below would return first (the points rise: y > x)
+                out.append((x, y))
+            else:
+                out.extend(recursive_spans(text, x, y, fits, rest, inner_atomic))
         return out
     if inner_atomic:  # only atomic-protected separators were left: split the block itself
         return recursive_spans(text, a, b, fits, separators, [])
