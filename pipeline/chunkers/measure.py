@@ -84,13 +84,14 @@ class Measure:
         if both is not None:
             return both
         idx = self._index
-        if idx is None or a < self.section.start or b > self.section.end:
+        sec = self.section
+        if idx is None or a < sec.start or b > sec.end:
             both = self._unit_alone(a, b), self._model_alone(a, b)
         else:
-            s = self._base
+            s, lo, hi = self._base, self._lo, self._hi
             pos, units, pieces, _ = idx
             x, y = a - s, b - s
-            i, j = bisect_left(pos, x, self._lo, self._hi), bisect_right(pos, y, self._lo, self._hi) - 1
+            i, j = bisect_left(pos, x, lo, hi), bisect_right(pos, y, lo, hi) - 1
             if i > j:  # no safe offset inside: the span on its own
                 both = self._direct(a, b)
             else:
@@ -121,13 +122,16 @@ class Measure:
             return None
         pos, units, _, starts = idx
         s = self._base
-        i, j = bisect_left(pos, a - s), bisect_right(pos, b - s) - 1
+        i, j = bisect_left(pos, a - s, self._lo, self._hi), bisect_right(pos, b - s, self._lo, self._hi) - 1
         if i > j:
             return None
         mid = starts[units[i] : units[j]]
-        return np.concatenate(
-            (self._starts_alone(a, s + pos[i]), mid + s * (mid >= 0), self._starts_alone(s + pos[j], b))
-        )
+        parts = [mid if s == 0 else np.where(mid >= 0, mid + s, mid)]
+        if a < s + pos[i]:
+            parts.insert(0, self._starts_alone(a, s + pos[i]))
+        if s + pos[j] < b:
+            parts.append(self._starts_alone(s + pos[j], b))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _starts_alone(self, a: int, b: int) -> TokenStarts:
         """`token_starts` of text[a:b] from the unit's tokenizer itself (a word or two)."""
