@@ -79,10 +79,11 @@ class Measure:
 
     def counts(self, a: int, b: int) -> tuple[int, int]:
         """(unit, model) counts of text[a:b]."""
-        key = (a, b)
-        both = self._both.get(key)
-        if both is not None:
-            return both
+        both = self._both.get((a, b))
+        return both if both is not None else self._count(a, b)
+
+    def _count(self, a: int, b: int) -> tuple[int, int]:
+        """`counts`, not looked up in the cache first (then stored there)."""
         idx = self._index
         sec = self.section
         if idx is None or a < sec.start or b > sec.end:
@@ -106,7 +107,7 @@ class Measure:
                     du, dm = d if d is not None else self._direct(s + pos[j], b)
                     u, m = u + du, m + dm
                 both = u, m
-        self._both[key] = both
+        self._both[(a, b)] = both
         return both
 
     def token_starts(self, a: int, b: int) -> TokenStarts | None:
@@ -243,7 +244,7 @@ class Measure:
         if both is not None:
             u, m = both
         elif self._index is not None:
-            u, m = self.counts(a, b)
+            u, m = self._count(a, b)
         else:
             u = self.unit(a, b)
             if u > self.size:
