@@ -119,11 +119,12 @@ def test_a_temporary_prefect_server_left_by_a_killed_command_is_stopped_by_the_n
     )
     owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     server_pid = int(owner.stdout.readline())
-    assert reap_orphaned_servers() == 0  # its command is alive: not an orphan
+    reap_orphaned_servers()  # (another command's orphan on this machine may go too: counts are machine-wide)
+    assert psutil.Process(server_pid).status() != psutil.STATUS_ZOMBIE  # its command is alive: not an orphan
     owner.send_signal(signal.SIGKILL)  # the command dies; its server stays behind
     owner.wait()
     assert psutil.pid_exists(server_pid)
-    assert reap_orphaned_servers() == 1
+    assert reap_orphaned_servers() >= 1
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
