@@ -44,7 +44,6 @@ from pipeline.store.quality import quality_report, record_quality
 from pipeline.store.reads import SEARCH_MODES, Hit, SearchMode, collection_chunks, collection_texts, search
 from pipeline.store.vectors import (
     activate_set,
-    cache_coverage,
     create_set,
     drop_retired_sets,
     drop_set,
@@ -60,6 +59,6 @@ __all__ = [
     "chunk_spans", "document_texts", "record_eval", "collection_chunks", "collection_texts", "drop_collection", "ensure_collection", "finish_run",
     "get_collection", "lock_collection", "prune", "quality_changed", "quality_report", "record_quality", "recount_fts_stats", "record_error", "record_progress", "refresh_fts_stats", "run_errors", "search",
     "source_uris", "start_run", "status", "stored_documents", "stored_sections", "unlock_collection",
-    "write_document", "activate_set", "cache_coverage", "create_set", "drop_retired_sets", "drop_set",
+    "write_document", "activate_set", "create_set", "drop_retired_sets", "drop_set",
     "embedding_sets", "missing_vectors", "set_progress", "write_vectors",
 ]  # fmt: skip

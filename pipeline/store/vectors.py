@@ -17,7 +17,7 @@ from pipeline.model import EmbeddingSet
 from pipeline.store.bulk import copy_vectors
 
 __all__ = [
-    "activate_set", "cache_coverage", "copy_vectors", "create_set", "drop_retired_sets", "drop_set",
+    "activate_set", "copy_vectors", "create_set", "drop_retired_sets", "drop_set",
     "embedding_sets", "missing_vectors", "set_progress", "write_vectors",
 ]  # fmt: skip
 
@@ -84,34 +84,29 @@ def write_vectors(conn: psycopg.Connection, set_id: int, rows: Iterable[tuple[in
         copy_vectors(conn, set_id, ((i, v) for i, v in rows if i in live))
 
 
-def set_progress(conn: psycopg.Connection, collection_id: int, set_id: int, model: str) -> dict[str, int]:
-    """How far a set is: the collection's chunks, those with a vector in the set, and of the rest, how many
-    the embedding cache holds for the set's model (a model switch's dry run prints these)."""
+def set_progress(
+    conn: psycopg.Connection, collection_id: int, set_id: int | None, model: str
+) -> dict[str, int]:
+    """How far a set is: the collection's chunks, those with a vector in the set (none without a set), and of
+    the rest, how many the embedding cache holds for `model` (a model switch's dry run prints these)."""
+    has_vector = (
+        sql.SQL("EXISTS (SELECT 1 FROM {} v WHERE v.chunk_id = c.id)").format(
+            sql.Identifier(f"chunk_vectors_{set_id}")
+        )
+        if set_id is not None
+        else sql.SQL("false")
+    )
     row = conn.execute(
         sql.SQL(
-            """SELECT count(*),
-                      count(*) FILTER (WHERE EXISTS (SELECT 1 FROM {} v WHERE v.chunk_id = c.id)),
-                      count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM {} v WHERE v.chunk_id = c.id)
-                                         AND EXISTS (SELECT 1 FROM embedding_cache e
+            """SELECT count(*), count(*) FILTER (WHERE {has}),
+                      count(*) FILTER (WHERE NOT {has} AND EXISTS (SELECT 1 FROM embedding_cache e
                                                      WHERE e.model = %s AND e.text_hash = c.embed_hash))
                FROM chunks c WHERE c.collection_id = %s"""
-        ).format(*[sql.Identifier(f"chunk_vectors_{set_id}")] * 2),
+        ).format(has=has_vector),
         (model, collection_id),
     ).fetchone()
     conn.commit()
     return {"chunks": row[0], "have_vector": row[1], "in_cache": row[2]}
-
-
-def cache_coverage(conn: psycopg.Connection, collection_id: int, model: str) -> dict[str, int]:
-    """The collection's chunks, and how many of them the embedding cache holds for `model`."""
-    row = conn.execute(
-        """SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT 1 FROM embedding_cache e
-                                                         WHERE e.model = %s AND e.text_hash = c.embed_hash))
-           FROM chunks c WHERE c.collection_id = %s""",
-        (model, collection_id),
-    ).fetchone()
-    conn.commit()
-    return {"chunks": row[0], "have_vector": 0, "in_cache": row[1]}
 
 
 def activate_set(conn: psycopg.Connection, set_id: int) -> None:
