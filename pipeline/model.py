@@ -38,6 +38,11 @@ def sha256(data: bytes | str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def embedded_text(context: str, text: str) -> str:
+    """What the model sees of a chunk: its context (if any), a blank line, and its span text."""
+    return f"{context}\n\n{text}" if context else text
+
+
 def embed_hash(text: str) -> str:
     """Cache key of an embedded text (with the model name, the embedding cache's key)."""
     return sha256(text)
@@ -124,7 +129,7 @@ class Chunk:
     @property
     def embed_text(self) -> str:
         """What the model sees: the context (if any) and the span text."""
-        return f"{self.context}\n\n{self.text}" if self.context else self.text
+        return embedded_text(self.context, self.text)
 
 
 # -------------------------------------------------------------------------------- stored state, plans

@@ -12,7 +12,7 @@ from pipeline import db, store
 from pipeline.config import base_model
 from pipeline.embed import embed_with_cache, get_embedder, model_dim
 from pipeline.errors import ConfigError
-from pipeline.model import NoProgress, Progress, RunContext, Stats, embed_hash
+from pipeline.model import NoProgress, Progress, RunContext, Stats, embedded_text
 
 #: Chunks embedded and written per committed batch.
 BATCH = 256
@@ -29,17 +29,13 @@ def switch_model(ctx: RunContext, key: str, batch: int = BATCH, progress: Progre
         sets = store.embedding_sets(conn, cid)
         active, building = sets.get("active"), sets.get("building")
         if active is not None and active.model == key:
-            stats.counts["chunks"] = store.cache_coverage(conn, cid, key)["chunks"]
+            stats.counts["chunks"] = store.set_progress(conn, cid, None, key)["chunks"]
             stats.counts["already_active"] = 1
             return stats
         if building is not None and building.model != key:
             building = None  # a switch to another model, given up: dropped below (not in a dry run)
         if ctx.dry_run:
-            have = (
-                store.set_progress(conn, cid, building.id, key)
-                if building
-                else store.cache_coverage(conn, cid, key)
-            )
+            have = store.set_progress(conn, cid, building.id if building else None, key)
             stats.counts.update(have)
             stats.counts["to_embed"] = have["chunks"] - have["have_vector"] - have["in_cache"]
             return stats
@@ -60,7 +56,7 @@ def switch_model(ctx: RunContext, key: str, batch: int = BATCH, progress: Progre
         with stats.timed("embed"):
             while rows := store.missing_vectors(conn, cid, building.id, after=after, limit=batch):
                 after = rows[-1][0]
-                texts = [f"{context}\n\n{text}" if context else text for _, _, context, text in rows]
+                texts = [embedded_text(context, text) for _, _, context, text in rows]
                 vectors, fresh = embed_with_cache(
                     texts,
                     lookup=lambda hs: store.cache_lookup(conn, key, hs),
@@ -68,11 +64,8 @@ def switch_model(ctx: RunContext, key: str, batch: int = BATCH, progress: Progre
                 )
                 if fresh:
                     store.cache_store(conn, key, {h: vectors[h] for h in fresh})
-                store.write_vectors(
-                    conn,
-                    building.id,
-                    [(r[0], vectors[embed_hash(t)]) for r, t in zip(rows, texts, strict=True)],
-                )
+                # keyed by each chunk's stored embed_hash: the hash of the same embedded text
+                store.write_vectors(conn, building.id, [(chunk_id, vectors[h]) for chunk_id, h, _, _ in rows])
                 stats.counts["chunks_embedded"] += len(fresh)
                 stats.counts["chunks_cached"] += len(rows) - len(fresh)
                 progress.advance("embed", len(rows))
