@@ -41,9 +41,10 @@ def search(
                 return store.search(
                     conn, collection, vec, k=k, query_text=query, mode=mode, with_parent=with_parent
                 )
-            except psycopg.errors.DataException as exc:
+            except psycopg.errors.DataException:
                 conn.rollback()
-                if "is embedded with" not in str(exc) or attempt == 2:
+                now = store.get_collection(conn, collection)
+                if attempt == 2 or now is None or now.embed_model == coll.embed_model:
                     raise
                 # the collection switched models between reading its model and searching: embed again
     raise AssertionError("unreachable")
