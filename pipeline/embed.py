@@ -22,7 +22,7 @@ import numpy as np
 from pipeline.config import BACKEND_TAGS, DEFAULT_MODEL, base_model
 from pipeline.errors import ConfigError
 from pipeline.model import embed_hash
-from pipeline.tokens import model_path
+from pipeline.tokens import model_path, sentence_modules
 
 if TYPE_CHECKING:
     from pipeline.config import Settings
@@ -221,7 +221,7 @@ def model_dim(model: str) -> int:
     import json
 
     p = Path(model_path(model))
-    dim = _modules_dim(p)
+    dim = _modules_dim(model)
     if dim:
         return dim
     for name in ("1_Pooling/config.json", "config.json"):
@@ -234,29 +234,19 @@ def model_dim(model: str) -> int:
     return get_embedder(model).dim
 
 
-def _modules_dim(folder: Path) -> int | None:
+def _modules_dim(model: str) -> int | None:
     """The output dimension a sentence-transformers folder declares: its last Dense layer's, else its
     pooling's (the word embedding dimension times the pooling modes on); None when it says neither."""
-    import json
-
-    modules = folder / "modules.json"
-    if not modules.exists():
-        return None
     dim = None
-    for m in json.loads(modules.read_text()):
-        cfg_file = folder / m.get("path", "") / "config.json"
-        kind = str(m.get("type", ""))
-        if not cfg_file.exists():
-            continue
-        cfg = json.loads(cfg_file.read_text())
-        if kind.endswith("Dense") and "out_features" in cfg:
+    for kind, cfg in sentence_modules(model):
+        if kind == "Dense" and "out_features" in cfg:
             dim = int(cfg["out_features"])
-        elif kind.endswith("Pooling") and "word_embedding_dimension" in cfg:
+        elif kind == "Pooling" and "word_embedding_dimension" in cfg:
             modes = sum(
                 bool(v) for k, v in cfg.items() if k.startswith("pooling_mode_") and isinstance(v, bool)
             )
             dim = int(cfg["word_embedding_dimension"]) * max(1, modes)
-        elif kind.endswith("Pooling") and "embedding_dimension" in cfg:  # newer sentence-transformers
+        elif kind == "Pooling" and "embedding_dimension" in cfg:  # newer sentence-transformers
             mode = cfg.get("pooling_mode", "mean")
             dim = int(cfg["embedding_dimension"]) * (len(mode) if isinstance(mode, list) else 1)
     return dim

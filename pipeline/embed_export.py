@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 from pipeline.config import BACKEND_TAGS
-from pipeline.tokens import model_path
+from pipeline.tokens import model_path, sentence_modules
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +32,19 @@ EXPORT_VERSION = 1
 
 def pooling(model: str) -> tuple[str, bool]:
     """(mean | cls, normalize) from the model's sentence-transformers files; other poolings are refused."""
-    root = Path(model_path(model))
-    modules = json.loads((root / "modules.json").read_text()) if (root / "modules.json").exists() else []
-    kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules]
+    modules = sentence_modules(model)
+    kinds = [kind for kind, _ in modules]
     other = [k for k in kinds if k not in ("Transformer", "Pooling", "Normalize")]
     if other:  # a Dense layer, say: the exported graph would leave it out and make other vectors
         raise NotImplementedError(
             f"{model}: its {', '.join(other)} module cannot be exported; use the torch backend"
         )
     normalize = "Normalize" in kinds
-    pool = next((m.get("path", "") for m in modules if m.get("type", "").endswith("Pooling")), "1_Pooling")
-    cfg_file = root / pool / "config.json"
-    cfg = json.loads(cfg_file.read_text()) if cfg_file.exists() else {"pooling_mode_mean_tokens": True}
+    cfg = next((c for kind, c in modules if kind == "Pooling"), None)
+    if cfg is None:  # no pooling module listed: the conventional folder
+        cfg_file = Path(model_path(model)) / "1_Pooling" / "config.json"
+        cfg = json.loads(cfg_file.read_text()) if cfg_file.exists() else {}
+    cfg = cfg or {"pooling_mode_mean_tokens": True}  # no pooling config: mean, as sentence-transformers does
     mode = cfg.get("pooling_mode")  # newer sentence-transformers write one string
     if cfg.get("pooling_mode_mean_tokens") or mode == "mean":
         return "mean", normalize

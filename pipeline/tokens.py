@@ -540,6 +540,24 @@ def _span_indexer(unit: Unit, model: str) -> SpanIndexer | None:
 
 
 @lru_cache(maxsize=4)
+def sentence_modules(model: str) -> list[tuple[str, dict]]:
+    """A sentence-transformers folder's modules in order, as (class name, its config.json or {}); [] without
+    a modules.json. What the dimension (`embed.model_dim`) and the exporter (`embed_export.pooling`) read."""
+    import json
+
+    root = Path(model_path(model))
+    listing = root / "modules.json"
+    if not listing.exists():
+        return []
+    out = []
+    for m in json.loads(listing.read_text()):
+        cfg = root / m.get("path", "") / "config.json"
+        out.append(
+            (str(m.get("type", "")).rsplit(".", 1)[-1], json.loads(cfg.read_text()) if cfg.exists() else {})
+        )
+    return out
+
+
 def model_max_tokens(model: str = DEFAULT_MODEL) -> int:
     """Word pieces of content the model reads before it truncates (max_seq_length minus specials)."""
     import json
