@@ -1,60 +1,229 @@
-"""Question sets written here over public documents in ../shared, for checks beside Chroma's benchmark.
+"""Question sets written here over public documents, for checks beside Chroma's benchmark.
 
     python bench/eval_chroma.py target --set fastapi      # any harness run, on the FastAPI dev set
+    python bench/peers.py --set contracts                 # the peers on the contracts dev set
+    python bench/devsets.py fetch-contracts DEST          # the contracts' documents, at pinned commits
 
-`bench/data/fastapi-spans.jsonl`: questions written for this repository over the FastAPI tutorial (release
-0.140.0, top-level pages of docs/en/docs/tutorial; 41 files with real heading structure). Each answer is a
-character span `[start, end, sha256 prefix]` of one page: the pages are never copied into the repository,
-so the set is materialized at run time from ../shared (or $CHUNKYARD_FASTAPI_DIR), each span checked against
-its hash. Some questions are short facts, some ask for whole lists or paragraphs (long, clause-like answers),
-and some use a fixed template ("Highlight the parts (if any) of this documentation related to ...") whose
-common words dominate a full-text ranking.
+No set copies a document into the repository: each stores character spans `[start, end, sha256 prefix]` of
+its documents, and is materialized at run time from a local folder, each span checked against its hash.
+
+`fastapi` (`bench/data/fastapi-spans.jsonl`): questions written for this repository over the FastAPI
+tutorial (release 0.140.0, top-level pages of docs/en/docs/tutorial; 41 files with real heading structure),
+from ../shared (or $CHUNKYARD_FASTAPI_DIR). Some questions are short facts, some ask for whole lists or
+paragraphs (long, clause-like answers), and some use a fixed template ("Highlight the parts (if any) of this
+documentation related to ...") whose common words dominate a full-text ranking.
+
+`fastapi-qa` (`bench/data/fastapi-qa.jsonl`, the live-eval question file of the README): 38 questions over
+17 pages of release 0.141.1 (tutorial, advanced, deployment, release notes), answers as exact quotes; the
+corpora are those 17 pages.
+
+`contracts` (`bench/data/contracts-spans.jsonl`): 108 questions written for this repository over 15 public
+agreements (terms of service, developer and partner agreements, license terms, an NDA), from
+$CHUNKYARD_CONTRACTS_DIR (default ../shared/bench/contracts), a flat folder of `<corpus_id>.md` files that
+`fetch-contracts` writes. 74 questions (24 categories) use the template of contract-review sets
+("Highlight the parts (if any) of this contract related to "<Category>" that should be reviewed by a
+lawyer. Details: <what the category is>"), with the same text for every agreement (the question does not name the agreement, so every
+governing-law clause in the collection competes); 34 are plain questions. Answers are whole clauses
+(median 666 characters, about 140 cl100k tokens; up to 3 spans). Sources (all public, licences permit reuse):
+
+- github/site-policy @ 12992597c5d9d8cfc006693c54b9609d9993bc99 (CC0-1.0): 13 files of Policies/github-terms/
+  (Terms of Service, Corporate Terms of Service, Sponsors Additional Terms, Marketplace Developer Agreement,
+  Secret Scanning Partner Program Agreement, Registered Developer Agreement, Copilot Extension Developer
+  Policy, Terms for Additional Products and Features, Educational Use Agreement, Marketplace Terms of
+  Service, Pre-release License Terms, Research Program Terms, Event Terms);
+- basecamp/policies @ d39f6f17bbd90d82b1df9fa7a0df845edd487de0 (CC BY 4.0, 37signals): terms/index.md;
+- CommonPaper/Mutual-NDA @ 2a3068b6c0ab6015c440f541d5b215bc3ac2f4cb (CC BY 4.0, Common Paper): Mutual-NDA.md.
+
+`contracts-footers`: the same documents and questions with a page footer ("<title> | Page N") inserted at a
+paragraph break about every 3,000 characters (never inside an answer), as contracts converted from PDF
+carry; spans are shifted to match. Evaluate it as plain text (`default:as=text`) to take the headings away too.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench" / "data"
 
+#: name -> (folder under ../shared/bench, subfolder, question file, env variable of the folder)
 SETS = {
-    "fastapi": ("fastapi-docs", "0.140.0/tutorial", ROOT / "bench" / "data" / "fastapi-spans.jsonl"),
+    "fastapi": ("fastapi-docs", "0.140.0/tutorial", DATA / "fastapi-spans.jsonl", "CHUNKYARD_FASTAPI_DIR"),
+    "fastapi-qa": ("fastapi-docs", "0.141.1", DATA / "fastapi-qa.jsonl", "CHUNKYARD_FASTAPI_DIR"),
+    "contracts": ("contracts", "", DATA / "contracts-spans.jsonl", "CHUNKYARD_CONTRACTS_DIR"),
+    "contracts-footers": ("contracts", "", DATA / "contracts-spans.jsonl", "CHUNKYARD_CONTRACTS_DIR"),
 }
+NAMES = tuple(SETS)
+
+#: The contracts' documents: corpus id -> (repository, commit, path). Licences in the docstring.
+_SP = ("github/site-policy", "12992597c5d9d8cfc006693c54b9609d9993bc99")
+CONTRACT_FILES = {
+    **{
+        name: (*_SP, f"Policies/github-terms/{name}.md")
+        for name in (
+            "github-terms-of-service",
+            "github-corporate-terms-of-service",
+            "github-sponsors-additional-terms",
+            "github-marketplace-developer-agreement",
+            "github-secret-scanning-partner-program-agreement",
+            "github-registered-developer-agreement",
+            "github-copilot-extension-developer-policy",
+            "github-terms-for-additional-products-and-features",
+            "github-educational-use-agreement",
+            "github-marketplace-terms-of-service",
+            "github-pre-release-license-terms",
+            "github-research-program-terms",
+            "github-event-terms",
+        )
+    },
+    "basecamp-terms": ("basecamp/policies", "d39f6f17bbd90d82b1df9fa7a0df845edd487de0", "terms/index.md"),
+    "commonpaper-mutual-nda": (
+        "CommonPaper/Mutual-NDA",
+        "2a3068b6c0ab6015c440f541d5b215bc3ac2f4cb",
+        "Mutual-NDA.md",
+    ),
+}
+
+#: Characters between page footers in `contracts-footers` (about a printed page).
+PAGE_CHARS = 3000
 
 
 def source_dir(name: str) -> Path:
     """The public documents a set is written over (never inside the repository)."""
-    folder, sub, _ = SETS[name]
-    env = os.environ.get(f"CHUNKYARD_{name.upper()}_DIR")
-    return (Path(env) if env else ROOT.parent / "shared" / "bench" / folder) / sub
+    folder, sub, _, var = SETS[name]
+    env = os.environ.get(var)
+    base = Path(env) if env else ROOT.parent / "shared" / "bench" / folder
+    return base / sub if sub else base
+
+
+def _records(name: str) -> list[dict]:
+    """The set's rows as {question, corpus_id, spans: [[start, end, digest or None]]} (text checked later)."""
+    rows = [json.loads(x) for x in SETS[name][2].read_text(encoding="utf-8").splitlines() if x.strip()]
+    if name != "fastapi-qa":
+        return rows
+    out = []
+    for r in rows:  # the live-eval format: a document path and answers as quotes (or {text, start})
+        cid = r["document"].removesuffix(".md").replace("/", "__")
+        text = (source_dir(name) / r["document"]).read_text(encoding="utf-8")
+        spans = []
+        for a in r["answers"]:
+            quote, at = (a, None) if isinstance(a, str) else (a["text"], a.get("start"))
+            s = text.find(quote) if at is None else at
+            if s < 0:
+                raise SystemExit(f"{name}: {r['document']}: answer not found: {quote[:60]!r}")
+            spans.append([s, s + len(quote), hashlib.sha256(quote.encode()).hexdigest()[:16]])
+        out.append({"question": r["question"], "corpus_id": cid, "spans": spans, "path": r["document"]})
+    return out
+
+
+def _with_footers(cid: str, text: str, spans: list[list]) -> tuple[str, dict[int, int]]:
+    """`text` with a footer at a paragraph break about every PAGE_CHARS characters outside `spans`, and the
+    shift of every old offset that is a span boundary."""
+    title = next(
+        (m.group(1).strip() for m in re.finditer(r"^title: (.+)$|^# (.+)$", text, re.M) if m.group(1)),
+        cid.replace("-", " ").title(),
+    )
+    inside = [(s, e) for s, e, _ in spans]
+    breaks = [m.start() for m in re.finditer(r"\n\n", text)]
+    cuts, last = [], 0
+    for b in breaks:
+        if b - last >= PAGE_CHARS and not any(s <= b < e for s, e in inside):
+            cuts.append(b)
+            last = b
+    pieces, prev = [], 0
+    for n, c in enumerate(cuts, 1):
+        pieces += [text[prev:c], f"\n\n{title} | Page {n}"]
+        prev = c
+    pieces.append(text[prev:])
+    shift = {}
+    for s, e, _ in spans:
+        for x in (s, e):
+            shift[x] = x + sum(len(f"\n\n{title} | Page {n}") for n, c in enumerate(cuts, 1) if c < x)
+    return "".join(pieces), shift
 
 
 def materialize(name: str, dest: Path | None = None) -> tuple[Path, Path]:
     """A corpora folder and a questions JSONL (Chroma's fields) for `name`, built in a temporary folder."""
     src = source_dir(name)
+    if not src.is_dir():
+        hint = "; create it with: python bench/devsets.py fetch-contracts DIR" if "contracts" in name else ""
+        raise SystemExit(f"{name}: no documents at {src} (set ${SETS[name][3]}){hint}")
     dest = dest or Path(tempfile.mkdtemp(prefix=f"chunkyard-{name}-"))
     corpora = dest / "corpora"
     corpora.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for line in SETS[name][2].read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        text = (src / f"{rec['corpus_id']}.md").read_text(encoding="utf-8")
-        refs = []
+    recs = _records(name)
+    texts: dict[str, str] = {}
+    for rec in recs:
+        cid = rec["corpus_id"]
+        if cid not in texts:
+            texts[cid] = (src / rec.get("path", f"{cid}.md")).read_text(encoding="utf-8")
         for s, e, digest in rec["spans"]:
-            content = text[s:e]
-            if hashlib.sha256(content.encode()).hexdigest()[: len(digest)] != digest:
-                raise SystemExit(f"{name}: {rec['corpus_id']}[{s}:{e}] changed; the set is for {src}")
-            refs.append({"content": content, "start_index": s, "end_index": e})
+            if hashlib.sha256(texts[cid][s:e].encode()).hexdigest()[: len(digest)] != digest:
+                raise SystemExit(f"{name}: {cid}[{s}:{e}] changed; the set is for {src}")
+    if name == "contracts-footers":
+        for cid in list(texts):
+            spans = [sp for r in recs if r["corpus_id"] == cid for sp in r["spans"]]
+            texts[cid], shift = _with_footers(cid, texts[cid], spans)
+            for r in recs:
+                if r["corpus_id"] == cid:
+                    r["spans"] = [[shift[s], shift[e], d] for s, e, d in r["spans"]]
+    rows = []
+    for rec in recs:
+        text = texts[rec["corpus_id"]]
+        refs = [{"content": text[s:e], "start_index": s, "end_index": e} for s, e, _ in rec["spans"]]
         rows.append({"question": rec["question"], "references": refs, "corpus_id": rec["corpus_id"]})
-    for p in sorted(src.glob("*.md")):
-        shutil.copyfile(p, corpora / p.name)
+    if name in ("fastapi",):  # every page of the folder, asked about or not
+        for p in sorted(src.glob("*.md")):
+            shutil.copyfile(p, corpora / p.name)
+    else:
+        for cid, text in texts.items():
+            (corpora / f"{cid}.md").write_text(text, encoding="utf-8")
     questions = dest / "questions.jsonl"
     questions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return corpora, questions
+
+
+def fetch_contracts(dest: Path, git_dirs: dict[str, str]) -> None:
+    """Write the contracts' documents to `dest` from clones of their repositories (cloned here unless given)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = None
+    for cid, (repo, commit, path) in CONTRACT_FILES.items():
+        gd = git_dirs.get(repo)
+        if gd is None:
+            tmp = tmp or Path(tempfile.mkdtemp(prefix="chunkyard-contracts-"))
+            gd = str(tmp / repo.replace("/", "+"))
+            if not Path(gd).exists():
+                subprocess.run(["git", "clone", "--bare", "--filter=blob:none", f"https://github.com/{repo}", gd],
+                               check=True)  # fmt: skip
+            git_dirs[repo] = gd
+        blob = subprocess.run(["git", "-C", gd, "show", f"{commit}:{path}"], check=True, capture_output=True)
+        (dest / f"{cid}.md").write_bytes(blob.stdout)
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+    materialize("contracts", Path(tempfile.mkdtemp(prefix="chunkyard-check-")))  # every span checked
+    print(f"{len(CONTRACT_FILES)} documents in {dest}; export CHUNKYARD_CONTRACTS_DIR={dest}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fetch-contracts", help="Write the contracts' documents (pinned commits) to DEST.")
+    f.add_argument("dest", type=Path)
+    f.add_argument("--git-dir", action="append", default=[], metavar="OWNER/NAME=PATH",
+                   help="An existing clone (bare or not) of a source repository instead of cloning it.")  # fmt: skip
+    a = ap.parse_args()
+    git_dirs = dict(x.split("=", 1) for x in a.git_dir)
+    os.environ["CHUNKYARD_CONTRACTS_DIR"] = str(a.dest.resolve())
+    fetch_contracts(a.dest, git_dirs)
+
+
+if __name__ == "__main__":
+    main()

@@ -115,9 +115,12 @@ def load_set(name: str) -> tuple[dict, list, dict[str, dict]]:
 
 
 def add_set_option(ap: argparse.ArgumentParser) -> None:
-    """`--set chroma|fastapi`: Chroma's benchmark (default) or a question set written here (bench/devsets.py)."""
-    ap.add_argument("--set", dest="qset", choices=["chroma", "fastapi"], default="chroma",
-                    help="Question set: Chroma's benchmark or the FastAPI dev set (bench/devsets.py).")  # fmt: skip
+    """`--set NAME`: Chroma's benchmark (default) or a question set written here (bench/devsets.py)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from devsets import NAMES
+
+    ap.add_argument("--set", dest="qset", choices=["chroma", *NAMES], default="chroma",
+                    help="Question set: Chroma's benchmark or a dev set of bench/devsets.py.")  # fmt: skip
 
 
 def run(
