@@ -181,6 +181,21 @@ def sizes(conn: psycopg.Connection) -> dict[str, float]:
     return {name: round(b / 2**20, 1) for name, b in sorted(rows) if b > 0}
 
 
+def tsvector_cost(conn: psycopg.Connection, sample: int = 20_000) -> dict[str, float]:
+    """What the full-text vector alone costs a write: `to_tsvector('english')` (the generated `chunks.tsv`)
+    recomputed over a sample of the stored chunks in one backend, ms a row, and the rows/s one core could
+    write if it did nothing else (the ceiling of a writer per core: >90% of a chunk row's insert here)."""
+    conn.execute("SET max_parallel_workers_per_gather = 0")
+    t0 = time.perf_counter()
+    n = conn.execute(
+        "SELECT count(to_tsvector('english', text)) FROM (SELECT text FROM chunks LIMIT %s) s", (sample,)
+    ).fetchone()[0]
+    took = time.perf_counter() - t0
+    conn.execute("RESET max_parallel_workers_per_gather")
+    conn.commit()
+    return {"ms_per_row": round(1000 * took / max(n, 1), 3), "rows_per_s_per_core": round(n / took)}
+
+
 def database(admin: str, name: str) -> str:
     """URL of the per-N database, created and migrated if missing."""
     with psycopg.connect(admin, autocommit=True) as c:
@@ -229,6 +244,7 @@ def main() -> None:
         print("incremental writes", file=sys.stderr)
         result["incremental_rows_per_s"] = round(incremental(conn, pool))
         result["sizes_mb"] = sizes(conn)
+        result["tsvector"] = tsvector_cost(conn)
     texts, vecs = queries(args.queries)
     lat = latencies(url, texts, vecs, args.k)
     result["queries"] = len(texts)
@@ -256,6 +272,10 @@ def report(r: dict, base: dict | None) -> None:
         print(line)
     print(f"bulk writes {r.get('bulk_rows_per_s')} rows/s (load), {r.get('bulk_rows_per_s_with_indexes')} rows/s "
           f"with index builds ({r.get('index_build_s')} s); incremental {r['incremental_rows_per_s']} rows/s")  # fmt: skip
+    tsv = r.get("tsvector")
+    if tsv:
+        print(f"to_tsvector('english') alone: {tsv['ms_per_row']} ms a row, at most {tsv['rows_per_s_per_core']:,} "
+              "rows/s per core writing")
     print("sizes (MB): " + ", ".join(f"{k} {v}" for k, v in r["sizes_mb"].items()))
 
 
