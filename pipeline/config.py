@@ -135,6 +135,12 @@ class RecursiveConfig(FixedConfig):
 
     kind: Literal["recursive"] = "recursive"  # type: ignore[assignment]
     separators: tuple[str, ...] = DEFAULT_SEPARATORS
+    keep_whole: int = Field(
+        default=0,
+        ge=0,
+        description="A paragraph (a piece at the first separator; markdown: a paragraph block) of up to this "
+        "many units is one chunk of its own rather than cut, even over `size`; 0 = off.",
+    )
 
 
 class SentenceConfig(_Chunker):

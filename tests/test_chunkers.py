@@ -51,6 +51,7 @@ PROPS = settings(
 def check_contracts(chunker: Chunker, doc: Document) -> None:
     """Assert every contract for every section of doc."""
     text, size = doc.text, chunker.config.size
+    whole = max(size, getattr(chunker.config, "keep_whole", 0))  # a paragraph kept whole may reach this
     unit, model = counter(chunker.config.unit), counter("model")
     limit = model_max_tokens()
     first = chunker.chunk_document(doc)
@@ -62,7 +63,10 @@ def check_contracts(chunker: Chunker, doc: Document) -> None:
             assert sec.start <= c.start < c.end <= sec.end, (c.start, c.end, sec)
             assert c.text == text[c.start : c.end]
             assert c.text.strip() == c.text and c.text, repr(c.text)
-            assert c.token_count == unit.count(c.text) <= size, (c.token_count, size, c.text)
+            assert c.token_count == unit.count(c.text) <= whole, (c.token_count, whole, c.text)
+            if c.token_count > size:  # only a paragraph kept whole goes over the size: one, never two
+                breaks = [c.start + k for k in range(len(c.text)) if c.text.startswith("\n\n", k)]
+                assert all(any(x < p < y for x, y in sec.atomic) for p in breaks), (size, whole, c.text)
             assert model.count(c.embed_text) <= limit, (model.count(c.embed_text), c.embed_text)
             covered[c.start - sec.start : c.end - sec.start] = b"\x01" * (c.end - c.start)
         missed = [k for k, ch in enumerate(text[sec.start : sec.end]) if not ch.isspace() and not covered[k]]
@@ -180,6 +184,8 @@ def config(draw, kind: str) -> ChunkerConfig:
     params: dict = {"kind": kind, "size": size, "unit": unit, "context": draw(st.booleans())}
     if kind in ("fixed", "recursive", "markdown", "html", "hierarchical"):
         params["overlap"] = draw(st.integers(0, size // 4))
+    if kind in ("recursive", "markdown", "html"):
+        params["keep_whole"] = draw(st.sampled_from([0, 0, 2 * size]))
     if kind in ("sentence", "semantic"):
         params["language"] = draw(st.sampled_from(["en", "de", "zh", "xx"]))
     if kind == "sentence":
@@ -451,6 +457,39 @@ def test_python_word_pieces_match_the_tokenizer_on_its_vocabulary():
     texts += [a + b.removeprefix("##") for a, b in zip(texts[::7], texts[3::7], strict=False)]
     assert [mc.count_fast(t) for t in texts] == mc.count_many(texts)
     assert mc.count_fast("a [MASK] b") == mc.count("a [MASK] b") == 3
+
+
+# ---------------------------------------------------------------------------- keep_whole
+
+
+@pytest.mark.parametrize("kind", ["recursive", "markdown", "html"])
+def test_a_paragraph_within_keep_whole_is_one_chunk_and_a_longer_one_is_cut_as_before(kind):
+    """A clause of ~170 tokens between short paragraphs: cut at size 100 by default, one chunk of its own
+    with keep_whole; the short paragraphs around it are still packed to the size; a paragraph over
+    keep_whole (or over the model's limit) is cut exactly as without the option."""
+    clause = " ".join(f"The licensee shall keep record {i} for the audit." for i in range(17))
+    text = f"1. Definitions.\n\n{clause}\n\nA short closing line."
+    params = {"kind": kind, "size": 100, "context": "none"}
+    cut = REGISTRY[kind](_ADAPTER.validate_python(params))
+    kept = REGISTRY[kind](_ADAPTER.validate_python(params | {"keep_whole": 256}))
+    tik = counter("cl100k_base")
+    assert 100 < tik.count(clause) <= 256
+    assert clause not in [c.text for c in cut.chunk_text(text)]
+    chunks = kept.chunk_text(text)
+    assert [c.text for c in chunks] == ["1. Definitions.", clause, "A short closing line."]
+    assert all(c.text == text[c.start : c.end] and c.token_count == tik.count(c.text) for c in chunks)
+    long = " ".join([clause] * 3)  # one paragraph of ~500 tokens: over keep_whole
+    assert [c.text for c in kept.chunk_text(long)] == [c.text for c in cut.chunk_text(long)]
+    wide = REGISTRY[kind](_ADAPTER.validate_python(params | {"keep_whole": 4000}))
+    over_model = " ".join(f"Qualifikationsvoraussetzungen{i}" for i in range(60))  # ~400 word pieces
+    assert all(counter("model").count(c.text) <= model_max_tokens() for c in wide.chunk_text(over_model))
+
+
+def test_keep_whole_below_size_changes_nothing():
+    text = " ".join(f"Sentence number {i} is here." for i in range(200))
+    base = RecursiveConfig(size=64, context="none")
+    same = RecursiveConfig(size=64, keep_whole=32, context="none")
+    assert REGISTRY["recursive"](base).chunk_text(text) == REGISTRY["recursive"](same).chunk_text(text)
 
 
 # ------------------------------------------------------------------------------ model limit

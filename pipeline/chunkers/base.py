@@ -134,7 +134,7 @@ class Chunker(ABC):
         same = self.context(doc, section, (section.start, section.start)) if m.same_context else None
         try:
             for a, b in self.split(doc, section):
-                for s, e in self._enforce(doc, section, a, b, m.fits):
+                for s, e in self._enforce(doc, section, a, b, m.fits, accept=m.fits_whole):
                     out.append(
                         Chunk(
                             s,
@@ -221,16 +221,20 @@ class Chunker(ABC):
         """Model word pieces left for text beside the section's plain context (an estimate for packing)."""
         return self.measure(doc, section).budget(section.start, section.start)
 
-    def _enforce(self, doc: Document, section: Section, a: int, b: int, fits: Fits) -> list[Span]:
-        """Stripped spans of [a, b), re-split until each passes `fits` (a lone character always passes)."""
+    def _enforce(
+        self, doc: Document, section: Section, a: int, b: int, fits: Fits, *, accept: Fits | None = None
+    ) -> list[Span]:
+        """Stripped spans of [a, b), re-split until each passes `fits` (a lone character always passes); a
+        span the strategy returned whole passes `accept` instead (a paragraph kept whole, `keep_whole`)."""
         text = doc.text
         out: list[Span] = []
-        todo = [strip_span(text, a, b)]
+        whole = strip_span(text, a, b)
+        todo = [whole]
         while todo:
             x, y = todo.pop()
             if y <= x:
                 continue
-            if y - x == 1 or fits(x, y):
+            if y - x == 1 or ((accept or fits) if (x, y) == whole else fits)(x, y):
                 out.append((x, y))
                 continue
             pieces = [

@@ -146,8 +146,8 @@ class MarkdownChunker(Chunker):
                     first -= 1
                 parts, part_glue = self.cut_block(doc, section, x, y, "list", fits)
                 groups.append((first, len(pieces) + len(parts) - 1))
-            elif fits(x, y):
-                parts, part_glue = [(x, y)], [False]
+            elif fits(x, y) or (kind == "para" and self.measure(doc, section).fits_whole(x, y)):
+                parts, part_glue = [(x, y)], [False]  # a paragraph within `keep_whole` stays whole
             else:
                 parts, part_glue = self.cut_block(doc, section, x, y, kind, fits)
             part_glue[-1] = part_glue[-1] or sticky

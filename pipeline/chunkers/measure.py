@@ -45,6 +45,9 @@ class Measure:
         # longer than this is rejected uncounted (a rejection can only make pieces smaller, never wrong).
         per_token = 1 if chunker.counter.name == "chars" else 16 if chunker.counter.name != "words" else 64
         self._reject_chars = max(self.size, chunker.model_limit) * per_token
+        #: the budget of a paragraph kept whole (`keep_whole`), at least `size`
+        self.whole = max(self.size, getattr(chunker.config, "keep_whole", 0) or 0)
+        self._reject_whole = max(self.whole, chunker.model_limit) * per_token
         self._unit: dict[Span, int] = {}
         self._model: dict[Span, int] = {}
         self._ctx: dict[str, int] = {}
@@ -235,6 +238,23 @@ class Measure:
         if cost is None:
             cost = self._ctx[ctx] = self._model_counter.count(ctx) + _JOIN_COST if ctx else 0
         return self.chunker.model_limit - cost
+
+    def fits_whole(self, a: int, b: int) -> bool:
+        """`fits` with the budget of a paragraph kept whole (`keep_whole`) instead of `size`."""
+        if self.whole <= self.size:
+            return self.fits(a, b)
+        if b - a > self._reject_whole:
+            return False
+        u, m = self.counts(a, b) if self._index is not None else (self.unit(a, b), None)
+        if u > self.whole:
+            return False
+        if m is None:
+            m = self.model(a, b)
+        budget = self._fixed_budget
+        if budget is None:
+            at = self._budget_at
+            budget = self.budget(a, b) if at is None else at.setdefault(a, self.budget(a, b))
+        return m <= budget
 
     def fits(self, a: int, b: int) -> bool:
         """Within the unit budget, and within the model's limit together with its context."""
