@@ -136,6 +136,19 @@ def test_stored_bool_profiles_read_as_before_with_the_same_fingerprints():
     assert len(fps) == len(MODES)
 
 
+def test_profiles_stored_before_keep_whole_keep_their_fingerprints():
+    """keep_whole off (0, as every profile stored before the option reads) is hashed as before it existed."""
+    stored = {"kind": "markdown", "size": 144, "overlap": 0, "context": "title_heading"}
+    prof = profile_from_dict({"markdown": stored})
+    payload = {"chunker": {k: v for k, v in prof.markdown.model_dump(mode="json").items() if k != "keep_whole"},
+               "sections": 1024}  # fmt: skip
+    assert prof.markdown.keep_whole == 0
+    assert prof.fingerprint_for("markdown") == hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+    on = profile_from_dict({"markdown": {**stored, "keep_whole": 256}})
+    assert on.fingerprint_for("markdown") != prof.fingerprint_for("markdown") == Profile(
+        markdown=MarkdownConfig(size=144, overlap=0)).fingerprint_for("markdown")  # fmt: skip
+
+
 def test_context_is_a_choice_named_in_errors_and_params():
     assert strategy_profile("markdown", size=144, context=False).markdown.context == "none"
     assert strategy_profile("markdown", size=144, context="heading").markdown.context == "heading"
