@@ -135,7 +135,8 @@ def hits(found: list, *, parent: bool) -> None:
         path = " > ".join(h.heading_path) or "-"
         out.print(
             f"[bold]{i}. {h.score:.3f}[/]  {escape(show_path(h.source_uri))}{_pages(h.metadata)}  "
-            f"\\[{h.char_start}:{h.char_end}]  [cyan]{escape(path)}[/]",
+            f"\\[{h.char_start}:{h.char_end}]{'  whole section' if h.metadata.get('whole_section') else ''}  "
+            f"[cyan]{escape(path)}[/]",
             highlight=False,
         )
         body = h.parent_text if parent and h.parent_text else h.text

@@ -18,8 +18,10 @@ def search(
     k: int = 5,
     mode: SearchMode = "hybrid",
     with_parent: bool = False,
+    whole_sections: float | None = store.WHOLE_SECTION_SHARE,
 ) -> list[Hit]:
-    """Top-k chunks of a collection for a question (the model is loaded only when vectors are needed)."""
+    """Top-k chunks of a collection for a question (the model is loaded only when vectors are needed); a
+    section at least `whole_sections` retrieved comes back whole (None: chunks only)."""
     if mode not in SEARCH_MODES:
         raise ConfigError(f"--mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
     if mode != "fulltext":
@@ -39,8 +41,9 @@ def search(
                 vec = query_embedder(coll.embed_model, settings).encode([query])[0]
             try:
                 return store.search(
-                    conn, collection, vec, k=k, query_text=query, mode=mode, with_parent=with_parent
-                )
+                    conn, collection, vec, k=k, query_text=query, mode=mode, with_parent=with_parent,
+                    whole_sections=whole_sections,
+                )  # fmt: skip
             except psycopg.errors.DataException:
                 conn.rollback()
                 now = store.get_collection(conn, collection)

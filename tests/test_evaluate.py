@@ -287,7 +287,7 @@ def test_chunkyard_eval_end_to_end(settings, tmp_path):
             b = q["budgets"]
             assert [b[n]["tokens"] for n in ("16", "32", "64")] == [16, 32, 64]  # chunks enough for each
             assert b["16"]["recall"] <= b["32"]["recall"] <= b["64"]["recall"]  # a budget reads a prefix
-            assert len(q["retrieved"]) == 2
+            assert 1 <= len(q["retrieved"]) <= 2  # a section at least half retrieved comes back once, whole
             for cid, s, e in q["retrieved"]:  # retrieved ranges are real, stripped spans of the corpus
                 span = corpora[cid].text[s:e]
                 assert span and span == span.strip()

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from pipeline import db, store
 from pipeline.cli import app
+from pipeline.config import strategy_profile
 from pipeline.embed import get_embedder
 from pipeline.errors import ConfigError
 from pipeline.ingest import run_ingest
@@ -197,3 +198,37 @@ def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
         assert c.execute("SELECT count(*) FROM chunk_embeddings").fetchone()[0] == 1
     with psycopg.connect(pg_server, autocommit=True) as c:
         c.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+# ------------------------------------------------------------------------------------ whole sections
+
+
+def test_a_section_mostly_retrieved_comes_back_whole_in_every_mode(tmp_path, settings):
+    """A section cut into three chunks: asked for its words with k=3, every search returns it once, whole
+    (its text and offsets, stripped, marked whole_section, at the rank of its best chunk) instead of its
+    chunks; p_whole_section NULL returns the chunks; a share outside (0, 1] is an error naming the parameter."""
+    folder = tmp_path / "w"
+    folder.mkdir()
+    paras = [" ".join(f"Rotate the signing key {w} every quarter." for w in words)
+             for words in (("alpha", "beta", "gamma"), ("delta", "epsilon", "zeta"), ("eta", "theta", "iota"))]  # fmt: skip
+    (folder / "keys.md").write_text("# Keys\n\n" + "\n\n".join(paras) + "\n", encoding="utf-8")
+    run_ingest([folder], settings=settings, profile=strategy_profile("recursive", size=24, context="none"))
+    vec = get_embedder(settings.model).encode(["rotate the signing key every quarter"])[0]
+    with db.connection(settings.database_url) as conn:
+        n_chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        assert n_chunks >= 3
+        doc = conn.execute("SELECT normalized_text FROM documents").fetchone()[0]
+        sec = conn.execute("SELECT char_start, char_end FROM sections s WHERE (SELECT count(*) FROM chunks c "
+                           "WHERE c.section_id = s.id) >= 3").fetchone()  # fmt: skip
+        for mode in ("vector", "fulltext", "hybrid", "rrf"):
+            chunks = store.search(conn, "default", vec, k=n_chunks, query_text="rotate signing key quarter",
+                                  mode=mode, whole_sections=None)  # fmt: skip
+            assert len(chunks) == n_chunks and not any(h.metadata.get("whole_section") for h in chunks)
+            hits = store.search(conn, "default", vec, k=n_chunks, query_text="rotate signing key quarter", mode=mode)
+            whole = [h for h in hits if h.metadata.get("whole_section")]
+            assert len(whole) == 1 and len(hits) < n_chunks, mode
+            w = whole[0]
+            assert w.text == doc[w.char_start : w.char_end] == doc[sec[0] : sec[1]].strip()
+            assert w.chunk_id == next(h.chunk_id for h in chunks if h.section_id == w.section_id)  # its best
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="p_whole_section"):
+            conn.execute("SELECT * FROM chunkyard_search('default', %s, 3, false, 1.5)", (vec,))

@@ -38,18 +38,27 @@ def search(
         ),
     ] = "hybrid",
     parent: Annotated[bool, typer.Option(help="Show the parent section text.")] = False,
+    whole_sections: Annotated[
+        bool,
+        typer.Option(
+            help="A section at least half retrieved comes back whole in place of its chunks (marked "
+            "whole_section); --no-whole-sections: chunks only.",
+        ),
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Top-k chunks for a query, with score, file, heading path and character range."""
     from pipeline.search import search as run_search
+    from pipeline.store import WHOLE_SECTION_SHARE
 
     found = run_search(
         query,
         settings=_settings(),
         collection=collection,
         k=k,
-        mode=mode,
-        with_parent=parent,  # type: ignore[arg-type]
+        mode=mode,  # type: ignore[arg-type]
+        with_parent=parent,
+        whole_sections=WHOLE_SECTION_SHARE if whole_sections else None,
     )
     if as_json:
         out.print_json(json.dumps([h.__dict__ for h in found]))

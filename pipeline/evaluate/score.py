@@ -148,9 +148,10 @@ def _score(
                 {"row": q.row, "corpus": q.corpus_id, **{m: round(v, 6) for m, v in sc.items()},
                  "retrieved": [[r.corpus_id, r.start, r.end] for r in got]}
             )  # fmt: skip
-            if mode == "vector":
+            if mode == "vector":  # the index's top k chunks against the exact ones (no section returned whole)
                 exact_ids = {ids[j] for j in exact[qi]}
-                agree.append(len(exact_ids & {h.chunk_id for h in hits}) / max(len(exact_ids), 1))
+                ann = store.search(conn, collection, qvecs[qi], k=k, mode=mode, whole_sections=None)
+                agree.append(len(exact_ids & {h.chunk_id for h in ann}) / max(len(exact_ids), 1))
         res: dict[str, Any] = {
             "mode": mode,
             "summary": summarize(per_q),

@@ -41,7 +41,15 @@ from pipeline.store.ledger import (
 )
 from pipeline.store.quality import changed as quality_changed
 from pipeline.store.quality import quality_report, record_quality
-from pipeline.store.reads import SEARCH_MODES, Hit, SearchMode, collection_chunks, collection_texts, search
+from pipeline.store.reads import (
+    SEARCH_MODES,
+    WHOLE_SECTION_SHARE,
+    Hit,
+    SearchMode,
+    collection_chunks,
+    collection_texts,
+    search,
+)
 from pipeline.store.vectors import (
     activate_set,
     create_set,
@@ -54,7 +62,7 @@ from pipeline.store.vectors import (
 )
 
 __all__ = [
-    "SEARCH_MODES", "Hit", "NewDocument", "SearchMode", "bulk_load_pays", "bulk_mode", "drop_search_indexes",
+    "SEARCH_MODES", "WHOLE_SECTION_SHARE", "Hit", "NewDocument", "SearchMode", "bulk_load_pays", "bulk_mode", "drop_search_indexes",
     "ensure_search_indexes", "write_documents", "as_array", "cache_lookup", "cache_store",
     "chunk_spans", "document_texts", "record_eval", "collection_chunks", "collection_texts", "drop_collection", "ensure_collection", "finish_run",
     "get_collection", "lock_collection", "prune", "quality_changed", "quality_report", "record_quality", "recount_fts_stats", "record_error", "record_progress", "refresh_fts_stats", "run_errors", "search",

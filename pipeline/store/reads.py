@@ -33,6 +33,11 @@ class Hit:
 SearchMode = Literal["vector", "fulltext", "hybrid", "rrf"]
 SEARCH_MODES: tuple[str, ...] = ("vector", "fulltext", "hybrid", "rrf")
 
+#: A section whose retrieved chunks cover at least this share of it is returned whole (the SQL functions'
+#: `p_whole_section` default): "most of a section" retrieved. On Chroma's benchmark (hybrid, k = 5) recall
+#: 85.5 -> 86.8 with IoU 8.2 -> 7.5, no corpus lower (README "Evaluation").
+WHOLE_SECTION_SHARE = 0.5
+
 
 def search(
     conn: psycopg.Connection,
@@ -43,29 +48,37 @@ def search(
     query_text: str | None = None,
     mode: SearchMode = "vector",
     with_parent: bool = False,
+    whole_sections: float | None = WHOLE_SECTION_SHARE,
 ) -> list[Hit]:
-    """Top-k chunks through the SQL functions users call themselves."""
+    """Top-k chunks through the SQL functions users call themselves; a section at least `whole_sections`
+    retrieved comes back whole in place of its chunks (None: chunks only)."""
     if mode not in SEARCH_MODES:
         raise ValueError(f"search mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
     if mode in ("hybrid", "rrf"):
         rows = conn.execute(
-            "SELECT * FROM chunkyard_hybrid_search(%s, %s, %s, %s, %s, p_fusion => %s)",
-            (collection, query_vec, query_text or "", k, with_parent, "rrf" if mode == "rrf" else "convex"),
-        ).fetchall()
+            """SELECT * FROM chunkyard_hybrid_search(%s, %s, %s, %s, %s, p_fusion => %s,
+                                                     p_whole_section => %s)""",
+            (collection, query_vec, query_text or "", k, with_parent, "rrf" if mode == "rrf" else "convex",
+             whole_sections),
+        ).fetchall()  # fmt: skip
     elif mode == "fulltext":
         rows = conn.execute(
-            """SELECT c.id, f.score, c.text, d.source_uri, s.heading_path, c.char_start, c.char_end, c.section_id,
+            """WITH f AS MATERIALIZED (SELECT * FROM chunkyard_fulltext_search(%s, %s, %s))
+               SELECT c.id, f.score, coalesce(w.text, c.text), d.source_uri, s.heading_path,
+                      coalesce(w.char_start, c.char_start), coalesce(w.char_end, c.char_end), c.section_id,
                       CASE WHEN %s THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
-                      c.metadata
-               FROM chunkyard_fulltext_search(%s, %s, %s) f
-               JOIN chunks c ON c.id = f.chunk_id JOIN documents d ON d.id = c.document_id
+                      CASE WHEN w.whole THEN c.metadata || '{"whole_section": true}' ELSE c.metadata END
+               FROM chunkyard_whole_sections(ARRAY(SELECT f.chunk_id FROM f ORDER BY f.score DESC, f.chunk_id), %s) w
+               JOIN f ON f.chunk_id = w.chunk_id
+               JOIN chunks c ON c.id = w.chunk_id JOIN documents d ON d.id = c.document_id
                JOIN sections s ON s.id = c.section_id
-               ORDER BY f.score DESC, c.id""",
-            (with_parent, collection, query_text or "", k),
+               ORDER BY w.rank""",
+            (collection, query_text or "", k, with_parent, whole_sections),
         ).fetchall()
     else:
         rows = conn.execute(
-            "SELECT * FROM chunkyard_search(%s, %s, %s, %s)", (collection, query_vec, k, with_parent)
+            "SELECT * FROM chunkyard_search(%s, %s, %s, %s, %s)",
+            (collection, query_vec, k, with_parent, whole_sections),
         ).fetchall()
     conn.commit()
     return [Hit(*r[:-1], _as_dict(r[-1])) for r in rows]

@@ -15,14 +15,70 @@ BEGIN
 END
 $$;
 
+-- Sections returned whole: given chunk ids in rank order, a section whose ranked chunks cover at least
+-- p_share of its characters is returned whole at the rank of its best chunk (whole = true, with the
+-- section's text and offsets, outer whitespace stripped), and its other chunks are dropped; with p_share
+-- NULL every chunk comes back as itself (text and offsets NULL: the chunk's own). What the search functions
+-- apply to their top k (p_whole_section): when most of a section is retrieved, the answer is usually the
+-- section.
+CREATE OR REPLACE FUNCTION chunkyard_whole_sections(p_ids bigint[], p_share double precision)
+RETURNS TABLE (chunk_id bigint, rank bigint, whole boolean, text text, char_start integer, char_end integer)
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_share IS NOT NULL AND NOT (p_share > 0 AND p_share <= 1) THEN
+        RAISE EXCEPTION 'p_whole_section must be NULL (chunks only) or a share of a section above 0 and at most 1, not %',
+            p_share USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
+    WITH hit AS (
+        SELECT u.id, u.ord, c.section_id, (c.char_end - c.char_start)::float8 AS len,
+               (s.char_end - s.char_start)::float8 AS sec_len
+        FROM unnest(p_ids) WITH ORDINALITY AS u(id, ord)
+        JOIN chunks c ON c.id = u.id
+        JOIN sections s ON s.id = c.section_id
+    ),
+    sec AS (
+        SELECT h.section_id, min(h.ord) AS first,
+               coalesce(p_share IS NOT NULL AND sum(h.len) >= p_share * max(h.sec_len), false) AS whole
+        FROM hit h
+        GROUP BY h.section_id
+    ),
+    kept AS (
+        SELECT h.id, h.ord, x.whole, h.section_id
+        FROM hit h JOIN sec x ON x.section_id = h.section_id
+        WHERE NOT x.whole OR h.ord = x.first
+    )
+    SELECT k.id, k.ord, k.whole, btrim(t.raw, E' \t\n\r\f\v'),
+           t.s + length(t.raw) - length(ltrim(t.raw, E' \t\n\r\f\v')),
+           t.e - (length(t.raw) - length(rtrim(t.raw, E' \t\n\r\f\v')))
+    FROM kept k
+    LEFT JOIN LATERAL (
+        SELECT substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) AS raw,
+               s.char_start AS s, s.char_end AS e
+        FROM sections s JOIN documents d ON d.id = s.document_id
+        WHERE k.whole AND s.id = k.section_id
+    ) t ON true
+    ORDER BY k.ord;
+END
+$$;
+
+-- The versions before p_whole_section: with it defaulted, a call could match both.
+DROP FUNCTION IF EXISTS chunkyard_search(text, vector, integer, boolean);
+DROP FUNCTION IF EXISTS chunkyard_hybrid_search(text, vector, text, integer, boolean, text, double precision,
+                                                integer, integer);
+
 -- Top-k chunks of one collection by cosine similarity, with the parent section's text on request: the
 -- nearest in the collection's active embedding set (chunkyard_vector_candidates: its HNSW index, live
--- documents only), whatever the model's dimension.
+-- documents only), whatever the model's dimension. A section at least p_whole_section retrieved comes back
+-- whole (chunkyard_whole_sections; its text and offsets, metadata "whole_section": true); NULL: chunks only.
 CREATE OR REPLACE FUNCTION chunkyard_search(
     p_collection      text,
     p_query           vector,
     p_k               integer DEFAULT 5,
-    p_with_parent     boolean DEFAULT false
+    p_with_parent     boolean DEFAULT false,
+    p_whole_section   double precision DEFAULT 0.5
 )
 RETURNS TABLE (
     chunk_id      bigint,
@@ -38,15 +94,24 @@ RETURNS TABLE (
 )
 LANGUAGE sql STABLE
 AS $$
-    SELECT c.id, 1 - t.dist, c.text, d.source_uri, s.heading_path, c.char_start, c.char_end, c.section_id,
+    WITH t AS MATERIALIZED (
+        SELECT v.chunk_id, v.dist FROM chunkyard_vector_candidates(p_collection, p_query, p_k) v
+    )
+    SELECT c.id, 1 - t.dist,
+           coalesce(w.text, c.text),
+           d.source_uri, s.heading_path,
+           coalesce(w.char_start, c.char_start), coalesce(w.char_end, c.char_end),
+           c.section_id,
            CASE WHEN p_with_parent
                 THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
-           c.metadata
-    FROM chunkyard_vector_candidates(p_collection, p_query, p_k) t
-    JOIN chunks c ON c.id = t.chunk_id
+           CASE WHEN w.whole THEN c.metadata || '{"whole_section": true}' ELSE c.metadata END
+    FROM chunkyard_whole_sections(ARRAY(SELECT t.chunk_id FROM t ORDER BY t.dist, t.chunk_id),
+                                  p_whole_section) w
+    JOIN t ON t.chunk_id = w.chunk_id
+    JOIN chunks c ON c.id = w.chunk_id
     JOIN documents d ON d.id = c.document_id
     JOIN sections s ON s.id = c.section_id
-    ORDER BY t.dist, c.id
+    ORDER BY w.rank
 $$;
 
 -- Recount a collection's BM25 statistics (fts_terms, chunk count, lengths) from its rows. Triggers on chunks
@@ -234,7 +299,8 @@ CREATE OR REPLACE FUNCTION chunkyard_hybrid_search(
     p_fusion          text DEFAULT 'convex',
     p_alpha           double precision DEFAULT 0.5,
     p_rrf_k           integer DEFAULT 60,
-    p_candidates      integer DEFAULT 50
+    p_candidates      integer DEFAULT 50,
+    p_whole_section   double precision DEFAULT 0.5
 )
 RETURNS TABLE (
     chunk_id      bigint,
@@ -298,14 +364,20 @@ BEGIN
         ORDER BY score DESC, s.id
         LIMIT p_k
     )
-    SELECT c.id, f.score, c.text, d.source_uri, s.heading_path, c.char_start, c.char_end, c.section_id,
+    SELECT c.id, f.score,
+           coalesce(w.text, c.text),
+           d.source_uri, s.heading_path,
+           coalesce(w.char_start, c.char_start), coalesce(w.char_end, c.char_end),
+           c.section_id,
            CASE WHEN p_with_parent
                 THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
-           c.metadata
-    FROM fused f
-    JOIN chunks c ON c.id = f.id
+           CASE WHEN w.whole THEN c.metadata || '{"whole_section": true}' ELSE c.metadata END
+    FROM chunkyard_whole_sections(ARRAY(SELECT f2.id FROM fused f2 ORDER BY f2.score DESC, f2.id),
+                                  p_whole_section) w
+    JOIN fused f ON f.id = w.chunk_id
+    JOIN chunks c ON c.id = w.chunk_id
     JOIN documents d ON d.id = c.document_id
     JOIN sections s ON s.id = c.section_id
-    ORDER BY f.score DESC, c.id;
+    ORDER BY w.rank;
 END
 $$;
