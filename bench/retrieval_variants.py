@@ -278,6 +278,8 @@ def main() -> None:
         "query-adaptive weights (top-score gap)": top(lambda qi: ix.fused(qi, adaptive=True)),
         "best neighbour's score x 0.2 added": top(lambda qi: ix.fused(qi, neighbour=0.2)),
         "section whole when 2/3 retrieved": (lambda qi: ix.sections(ix.fused(qi), k), None),
+        "section whole when 1/2 retrieved": (lambda qi: ix.sections(ix.fused(qi), k, 1 / 2), None),
+        "section whole when 3/4 retrieved": (lambda qi: ix.sections(ix.fused(qi), k, 3 / 4), None),
         "neighbours merged, 5 spans": (lambda qi: ix.merged(ix.fused(qi), k), None),
     }
     print(table(ix, variants))
