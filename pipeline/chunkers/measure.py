@@ -250,11 +250,19 @@ class Measure:
             return False
         if m is None:
             m = self.model(a, b)
-        budget = self._fixed_budget
-        if budget is None:
-            at = self._budget_at
-            budget = self.budget(a, b) if at is None else at.setdefault(a, self.budget(a, b))
-        return m <= budget
+        return m <= self._model_budget(a, b)
+
+    def _model_budget(self, a: int, b: int) -> int:
+        """`budget` of [a, b), from what is known: the section's, or the one per span start."""
+        if self._fixed_budget is not None:
+            return self._fixed_budget
+        at = self._budget_at
+        if at is None:
+            return self.budget(a, b)
+        found = at.get(a)
+        if found is None:
+            found = at[a] = self.budget(a, b)
+        return found
 
     def fits(self, a: int, b: int) -> bool:
         """Within the unit budget, and within the model's limit together with its context."""
@@ -272,16 +280,8 @@ class Measure:
             m = self.model(a, b)
         if u > self.size:
             return False
-        budget = self._fixed_budget
-        if budget is None:
-            at = self._budget_at
-            if at is None:
-                budget = self.budget(a, b)
-            else:
-                budget = at.get(a)
-                if budget is None:
-                    budget = at[a] = self.budget(a, b)
-        return m <= budget
+        budget = self._fixed_budget  # inline of `_model_budget` for the common case: this is hot
+        return m <= (budget if budget is not None else self._model_budget(a, b))
 
 
 @lru_cache(maxsize=8192)
