@@ -242,12 +242,14 @@ def ranked_until(
     start_k: int,
     chunk: Callable[[Any], tuple[Retrieved, list[int]]],
 ) -> list[tuple[Retrieved, list[int]]]:
-    """The search's ranking, asked for more rows until it holds `tokens` tokens (or the search has no more)."""
+    """The search's ranking of chunks, asked for more rows until it holds `tokens` tokens (or the search has
+    no more). A budget is filled with chunks: no section comes back whole (that would add text past the
+    budget, and a large section cut at the budget reads only its start)."""
     from pipeline import store
 
     kk = max(start_k, 32)
     while True:
-        hits = store.search(conn, collection, qvec, k=kk, query_text=text, mode=mode)
+        hits = store.search(conn, collection, qvec, k=kk, query_text=text, mode=mode, whole_sections=None)
         got = [chunk(h) for h in hits]
         if sum(len(e) for _, e in got) >= tokens or len(hits) < kk or kk >= 1000:
             return got
