@@ -204,20 +204,26 @@ def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
 
 
 def test_a_section_mostly_retrieved_comes_back_whole_in_every_mode(tmp_path, settings):
-    """A section cut into three chunks: asked for its words with k=3, every search returns it once, whole
-    (its text and offsets, stripped, marked whole_section, at the rank of its best chunk) instead of its
-    chunks; p_whole_section NULL returns the chunks; a share outside (0, 1] is an error naming the parameter."""
+    """A section cut into three chunks: asked for its words, every search returns it once, whole (its text
+    and offsets, stripped, marked whole_section, at the rank of its best chunk) instead of its chunks; a
+    section that is just its one chunk comes back as that chunk; p_whole_section NULL returns the chunks;
+    a share outside (0, 1] is an error naming the parameter."""
     folder = tmp_path / "w"
     folder.mkdir()
     paras = [" ".join(f"Rotate the signing key {w} every quarter." for w in words)
              for words in (("alpha", "beta", "gamma"), ("delta", "epsilon", "zeta"), ("eta", "theta", "iota"))]  # fmt: skip
     (folder / "keys.md").write_text("# Keys\n\n" + "\n\n".join(paras) + "\n", encoding="utf-8")
     run_ingest([folder], settings=settings, profile=strategy_profile("recursive", size=24, context="none"))
+    other = tmp_path / "bees"
+    other.mkdir()
+    (other / "bees.txt").write_text("Honey bees raise a new queen.\n", encoding="utf-8")  # one chunk, all of it
+    run_ingest([other], settings=settings, collection="bees")
     vec = get_embedder(settings.model).encode(["rotate the signing key every quarter"])[0]
     with db.connection(settings.database_url) as conn:
-        n_chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        doc = conn.execute("SELECT normalized_text FROM documents WHERE source_uri LIKE '%keys.md'").fetchone()[0]
+        n_chunks = conn.execute("SELECT count(*) FROM chunks c JOIN collections l ON l.id = c.collection_id "
+                                "WHERE l.name = 'default'").fetchone()[0]  # fmt: skip
         assert n_chunks >= 3
-        doc = conn.execute("SELECT normalized_text FROM documents").fetchone()[0]
         sec = conn.execute("SELECT char_start, char_end FROM sections s WHERE (SELECT count(*) FROM chunks c "
                            "WHERE c.section_id = s.id) >= 3").fetchone()  # fmt: skip
         for mode in ("vector", "fulltext", "hybrid", "rrf"):
@@ -230,5 +236,8 @@ def test_a_section_mostly_retrieved_comes_back_whole_in_every_mode(tmp_path, set
             w = whole[0]
             assert w.text == doc[w.char_start : w.char_end] == doc[sec[0] : sec[1]].strip()
             assert w.chunk_id == next(h.chunk_id for h in chunks if h.section_id == w.section_id)  # its best
+        # a section that is just its one chunk comes back as that chunk, unmarked
+        (bees,) = store.search(conn, "bees", None, k=1, query_text="queen", mode="fulltext")
+        assert bees.text == "Honey bees raise a new queen." and "whole_section" not in bees.metadata
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="p_whole_section"):
             conn.execute("SELECT * FROM chunkyard_search('default', %s, 3, false, 1.5)", (vec,))

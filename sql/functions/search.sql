@@ -50,15 +50,20 @@ BEGIN
         FROM hit h JOIN sec x ON x.section_id = h.section_id
         WHERE NOT x.whole OR h.ord = x.first
     )
-    SELECT k.id, k.ord, k.whole, btrim(t.raw, E' \t\n\r\f\v'),
-           t.s + length(t.raw) - length(ltrim(t.raw, E' \t\n\r\f\v')),
-           t.e - (length(t.raw) - length(rtrim(t.raw, E' \t\n\r\f\v')))
+    -- a section that is no more than its one retrieved chunk comes back as that chunk
+    SELECT k.id, k.ord, t.cs IS NOT NULL, t.txt, t.cs, t.ce
     FROM kept k
     LEFT JOIN LATERAL (
-        SELECT substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) AS raw,
-               s.char_start AS s, s.char_end AS e
-        FROM sections s JOIN documents d ON d.id = s.document_id
-        WHERE k.whole AND s.id = k.section_id
+        SELECT w.txt, w.cs, w.ce
+        FROM (SELECT btrim(r.raw, E' \t\n\r\f\v') AS txt,
+                     r.s + length(r.raw) - length(ltrim(r.raw, E' \t\n\r\f\v')) AS cs,
+                     r.e - (length(r.raw) - length(rtrim(r.raw, E' \t\n\r\f\v'))) AS ce
+              FROM (SELECT substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) AS raw,
+                           s.char_start AS s, s.char_end AS e
+                    FROM sections s JOIN documents d ON d.id = s.document_id
+                    WHERE k.whole AND s.id = k.section_id) r) w
+        JOIN chunks c ON c.id = k.id
+        WHERE (w.cs, w.ce) IS DISTINCT FROM (c.char_start, c.char_end)
     ) t ON true
     ORDER BY k.ord;
 END
