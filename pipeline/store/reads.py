@@ -63,16 +63,11 @@ def search(
         ).fetchall()  # fmt: skip
     elif mode == "fulltext":
         rows = conn.execute(
-            """WITH f AS MATERIALIZED (SELECT * FROM chunkyard_fulltext_search(%s, %s, %s))
-               SELECT c.id, f.score, coalesce(w.text, c.text), d.source_uri, s.heading_path,
-                      coalesce(w.char_start, c.char_start), coalesce(w.char_end, c.char_end), c.section_id,
-                      CASE WHEN %s THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
-                      CASE WHEN w.whole THEN c.metadata || '{"whole_section": true}' ELSE c.metadata END
-               FROM chunkyard_whole_sections(ARRAY(SELECT f.chunk_id FROM f ORDER BY f.score DESC, f.chunk_id), %s) w
-               JOIN f ON f.chunk_id = w.chunk_id
-               JOIN chunks c ON c.id = w.chunk_id JOIN documents d ON d.id = c.document_id
-               JOIN sections s ON s.id = c.section_id
-               ORDER BY w.rank""",
+            """SELECT h.*
+               FROM (SELECT array_agg(f.chunk_id ORDER BY f.score DESC, f.chunk_id) AS ids,
+                            array_agg(f.score ORDER BY f.score DESC, f.chunk_id) AS scores
+                     FROM chunkyard_fulltext_search(%s, %s, %s) f) t
+               CROSS JOIN LATERAL chunkyard_hits(t.ids, t.scores, %s, %s) h""",
             (collection, query_text or "", k, with_parent, whole_sections),
         ).fetchall()
     else:

@@ -53,20 +53,53 @@ BEGIN
     -- a section that is no more than its one retrieved chunk comes back as that chunk
     SELECT k.id, k.ord, t.cs IS NOT NULL, t.txt, t.cs, t.ce
     FROM kept k
+    JOIN chunks c ON c.id = k.id
     LEFT JOIN LATERAL (
-        SELECT w.txt, w.cs, w.ce
-        FROM (SELECT btrim(r.raw, E' \t\n\r\f\v') AS txt,
-                     r.s + length(r.raw) - length(ltrim(r.raw, E' \t\n\r\f\v')) AS cs,
-                     r.e - (length(r.raw) - length(rtrim(r.raw, E' \t\n\r\f\v'))) AS ce
-              FROM (SELECT substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) AS raw,
-                           s.char_start AS s, s.char_end AS e
-                    FROM sections s JOIN documents d ON d.id = s.document_id
-                    WHERE k.whole AND s.id = k.section_id) r) w
-        JOIN chunks c ON c.id = k.id
-        WHERE (w.cs, w.ce) IS DISTINCT FROM (c.char_start, c.char_end)
-    ) t ON true
+        SELECT btrim(r.raw, E' \t\n\r\f\v') AS txt,
+               r.s + length(r.raw) - length(ltrim(r.raw, E' \t\n\r\f\v')) AS cs,
+               r.e - (length(r.raw) - length(rtrim(r.raw, E' \t\n\r\f\v'))) AS ce
+        FROM (SELECT substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) AS raw,
+                     s.char_start AS s, s.char_end AS e
+              FROM sections s JOIN documents d ON d.id = s.document_id
+              WHERE k.whole AND s.id = k.section_id) r
+    ) t ON (t.cs, t.ce) IS DISTINCT FROM (c.char_start, c.char_end)
     ORDER BY k.ord;
 END
+$$;
+
+-- The rows every search returns, from its ranked chunk ids and their scores: the chunk (or its section
+-- whole, chunkyard_whole_sections at p_whole_section), file, heading path, offsets, the parent section's
+-- text on request and the chunk's metadata ("whole_section": true on a section), in rank order.
+CREATE OR REPLACE FUNCTION chunkyard_hits(
+    p_ids             bigint[],
+    p_scores          double precision[],
+    p_with_parent     boolean,
+    p_whole_section   double precision
+)
+RETURNS TABLE (
+    chunk_id      bigint,
+    score         double precision,
+    text          text,
+    source_uri    text,
+    heading_path  text[],
+    char_start    integer,
+    char_end      integer,
+    section_id    bigint,
+    parent_text   text,
+    metadata      jsonb
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT c.id, p_scores[w.rank], coalesce(w.text, c.text), d.source_uri, s.heading_path,
+           coalesce(w.char_start, c.char_start), coalesce(w.char_end, c.char_end), c.section_id,
+           CASE WHEN p_with_parent
+                THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
+           CASE WHEN w.whole THEN c.metadata || '{"whole_section": true}' ELSE c.metadata END
+    FROM chunkyard_whole_sections(p_ids, p_whole_section) w
+    JOIN chunks c ON c.id = w.chunk_id
+    JOIN documents d ON d.id = c.document_id
+    JOIN sections s ON s.id = c.section_id
+    ORDER BY w.rank
 $$;
 
 -- The versions before p_whole_section: with it defaulted, a call could match both.
@@ -99,24 +132,11 @@ RETURNS TABLE (
 )
 LANGUAGE sql STABLE
 AS $$
-    WITH t AS MATERIALIZED (
-        SELECT v.chunk_id, v.dist FROM chunkyard_vector_candidates(p_collection, p_query, p_k) v
-    )
-    SELECT c.id, 1 - t.dist,
-           coalesce(w.text, c.text),
-           d.source_uri, s.heading_path,
-           coalesce(w.char_start, c.char_start), coalesce(w.char_end, c.char_end),
-           c.section_id,
-           CASE WHEN p_with_parent
-                THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
-           CASE WHEN w.whole THEN c.metadata || '{"whole_section": true}' ELSE c.metadata END
-    FROM chunkyard_whole_sections(ARRAY(SELECT t.chunk_id FROM t ORDER BY t.dist, t.chunk_id),
-                                  p_whole_section) w
-    JOIN t ON t.chunk_id = w.chunk_id
-    JOIN chunks c ON c.id = w.chunk_id
-    JOIN documents d ON d.id = c.document_id
-    JOIN sections s ON s.id = c.section_id
-    ORDER BY w.rank
+    SELECT h.*
+    FROM (SELECT array_agg(v.chunk_id ORDER BY v.dist, v.chunk_id) AS ids,
+                 array_agg(1 - v.dist ORDER BY v.dist, v.chunk_id) AS scores
+          FROM chunkyard_vector_candidates(p_collection, p_query, p_k) v) t
+    CROSS JOIN LATERAL chunkyard_hits(t.ids, t.scores, p_with_parent, p_whole_section) h
 $$;
 
 -- Recount a collection's BM25 statistics (fts_terms, chunk count, lengths) from its rows. Triggers on chunks
@@ -369,20 +389,9 @@ BEGIN
         ORDER BY score DESC, s.id
         LIMIT p_k
     )
-    SELECT c.id, f.score,
-           coalesce(w.text, c.text),
-           d.source_uri, s.heading_path,
-           coalesce(w.char_start, c.char_start), coalesce(w.char_end, c.char_end),
-           c.section_id,
-           CASE WHEN p_with_parent
-                THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
-           CASE WHEN w.whole THEN c.metadata || '{"whole_section": true}' ELSE c.metadata END
-    FROM chunkyard_whole_sections(ARRAY(SELECT f2.id FROM fused f2 ORDER BY f2.score DESC, f2.id),
-                                  p_whole_section) w
-    JOIN fused f ON f.id = w.chunk_id
-    JOIN chunks c ON c.id = w.chunk_id
-    JOIN documents d ON d.id = c.document_id
-    JOIN sections s ON s.id = c.section_id
-    ORDER BY w.rank;
+    SELECT h.*
+    FROM (SELECT array_agg(f.id ORDER BY f.score DESC, f.id) AS ids,
+                 array_agg(f.score ORDER BY f.score DESC, f.id) AS scores FROM fused f) t
+    CROSS JOIN LATERAL chunkyard_hits(t.ids, t.scores, p_with_parent, p_whole_section) h;
 END
 $$;
