@@ -119,6 +119,18 @@ def budget_per_corpus_table(results: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def _save(fig, path: Path | str) -> Path:  # noqa: ANN001 - a matplotlib Figure
+    """Write a figure as PNG (its folder made if missing) and free it."""
+    import matplotlib.pyplot as plt
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
 def _rpi(s: dict) -> str:
     return f"{s['recall']['mean']:.1f} / {s['precision']['mean']:.1f} / {s['iou']['mean']:.1f}"
 
@@ -152,12 +164,7 @@ def budget_plot(results: Sequence[dict], path: Path | str, *, title: str = "") -
     axes[0][0].set_ylabel("Recall (x100, mean over questions)")
     if title:
         fig.suptitle(title)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
-    return out
+    return _save(fig, path)
 
 
 def plot(
@@ -186,12 +193,7 @@ def plot(
     ax.set_ylabel("Recall (x100, mean over questions)")
     ax.set_title(title or f"Recall vs IoU, k = {results[0]['k'] if results else '?'}")
     ax.grid(alpha=0.3)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
-    return out
+    return _save(fig, path)
 
 
 def write_outputs(
