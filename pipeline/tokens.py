@@ -238,6 +238,13 @@ class _AsciiWordPieces:
             r"[a-z0-9]+|[!-/:-@\[-`{-~]" if lowercase else r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]"
         )
         self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
+        # ASCII added tokens are found without lowercasing the text: ignoring case matches every text whose
+        # lowercase holds one (and a few more, such as the Kelvin sign for "k": those go to the tokenizer)
+        self._added_any_case = (
+            re.compile(self._added.pattern, re.IGNORECASE)
+            if self._added is not None and all(a.isascii() for a in added)
+            else None
+        )
         self._added_other = any(not a.startswith("[") for a in added)  # BERT's are all "[...]"
         self._memo: dict[str, int] = {}
         # no piece is longer than the longest vocabulary entry: the greedy search starts there
@@ -271,6 +278,8 @@ class _AsciiWordPieces:
         """Whether text holds none of the tokenizer's added tokens, in any case."""
         if self._added is None or "[" not in text and not self._added_other:
             return True
+        if self._added_any_case is not None:
+            return self._added_any_case.search(text) is None
         return self._added.search(text.lower()) is None
 
     def handles(self, text: str) -> bool:
@@ -411,12 +420,14 @@ class SpanIndexer:
         self._tik, self._model, self._np = tik, model, np
         n = tik._enc.max_token_value + 1
         blen, first, last, wp = [0] * n, [0] * n, [0] * n, [0] * n
+        lead = [0] * n  # bytes that begin a character (all but UTF-8 continuation bytes)
         plain = [False] * n  # printable ASCII (with tab and newlines): counted from the table
         words, lower, memo, word = py._words.findall, py._lower, py._memo, py._word
         for b, i in tik._enc._mergeable_ranks.items():
             if not b:
                 continue
             blen[i], first[i], last[i] = len(b), b[0], b[-1]
+            lead[i] = len(b) if b.isascii() else sum(1 for c in b if not 0x80 <= c < 0xC0)
             if b.isascii() and py.handles(t := b.decode("ascii")):
                 plain[i] = True
                 c = 0
@@ -440,13 +451,17 @@ class SpanIndexer:
         last_flags = surely_text * 1 + (byte == 10) * 2 + run * 4 + alnum * 8
         self._first = first_flags.astype(np.uint8)[np.array(first, np.uint8)]
         self._last = last_flags.astype(np.uint8)[np.array(last, np.uint8)]
-        self._blen = np.array(blen, np.int64)
+        self._lead = np.array(lead, np.int64)
+        self._cont = (np.array(first, np.uint8) & 0xC0) == 0x80  # starts inside a character
         self._wp = np.where(np.array(plain), np.array(wp, np.int64), -1)  # -1: not printable ASCII
         self._memo: dict[str, int] = {}
+        #: the same for groups of up to three printable-ASCII tokens, keyed by their ids (`_group_counts`)
+        self._by_ids: dict[int, int] = {}
 
     def clear_memo(self) -> None:
         """Forget the texts counted so far (a benchmark starts each run cold)."""
         self._memo.clear()
+        self._by_ids.clear()
         if self._model._py is not None:
             self._model._py._memo.clear()
 
@@ -468,20 +483,16 @@ class SpanIndexer:
         both = self._last[ids[:-1]] & self._first[ids[1:]]  # flags set on both sides of each join
         join = (both & 4) != 0  # token k-1 and k share a BERT word
         wp = self._wp[ids]
-        alone = wp >= 0
+        plain = wp >= 0
+        alone = plain.copy()
         alone[1:] &= ~join
         alone[:-1] &= ~join
         wp[~alone] = 0
-        ends = np.cumsum(self._blen[ids])
-        to_chars, inside, begun = None, None, None
-        if not text.isascii():  # byte offsets to character offsets: the characters complete before each
-            inside = (np.frombuffer(text.encode("utf-8"), np.uint8) & 0xC0) == 0x80  # a continuation byte
-            begun = np.concatenate(([0], np.cumsum(~inside)))
-            inside = np.append(inside, False)
-
-            def to_chars(x):  # noqa: ANN001, ANN202 - numpy arrays
-                return begun[x] - inside[x]
-
+        # the character offset of each token boundary (after 0..n tokens): characters begun before it, less
+        # one where the next token starts inside a character (a byte-level token may)
+        begun = np.concatenate(([0], np.cumsum(self._lead[ids])))
+        inside = np.append(self._cont[ids], False)
+        cpos = begun - inside
         todo = np.flatnonzero(~alone)
         if len(todo):
             # groups of tokens counted together: runs of consecutive ones that are joined
@@ -489,38 +500,72 @@ class SpanIndexer:
             cut[1:] = (todo[1:] != todo[:-1] + 1) | ~join[np.maximum(todo[1:] - 1, 0)]
             starts = todo[cut]
             stops = np.append(todo[np.flatnonzero(cut)[1:] - 1], todo[-1]) + 1
-            lo = np.where(starts > 0, ends[np.maximum(starts - 1, 0)], 0)
-            hi = ends[stops - 1]
-            if to_chars is not None:
-                lo, hi = to_chars(lo), to_chars(hi)
-            memo, vals = self._memo, []
-            if len(memo) > self._MEMO_LIMIT:
-                memo.clear()
-            # `count_fast`, less its test for added tokens: the whole text has none, so no piece has
-            py_count, other, encode = py.count, _NOT_PLAIN_ASCII.search, self._model._fast.encode
-            for x, y in zip(lo.tolist(), hi.tolist(), strict=True):
-                piece = text[x:y]
-                c = memo.get(piece)
-                if c is None:
-                    if piece.isascii() and other(piece) is None:
-                        c = memo[piece] = py_count(piece)
-                    else:
-                        c = memo[piece] = len(encode(piece, add_special_tokens=False))
-                vals.append(c)
-            wp[starts] = vals
+            lo, hi = cpos[starts], cpos[stops]
+            wp[starts] = self._group_counts(text, ids, plain, starts, stops, lo, hi)
         safe = (both & 11) != 0
         k = np.concatenate(([0], np.flatnonzero(safe) + 1, [n]))
-        pos = np.concatenate(([0], ends))[k]
-        if to_chars is not None:
-            pos = to_chars(pos)
+        pos = cpos[k]
         pos[0], pos[-1] = 0, len(text)
         wcum = np.concatenate(([0], np.cumsum(wp)))[k]
         starts = None
         if token_starts:
-            first = np.concatenate(([0], ends[:-1]))  # each token's first byte
-            starts = first if inside is None else np.where(inside[first], -1, begun[first])
+            starts = np.where(inside[:n], -1, begun[:n])
         pos, k, wcum = (array("q", x.astype(np.int64).tobytes()) for x in (pos, k, wcum))
         return pos, k, wcum, starts
+
+    def _group_counts(self, text: str, ids, plain, starts, stops, lo, hi):  # noqa: ANN001, ANN201 - numpy
+        """Word pieces of each group of joined tokens, tokens[starts[g]:stops[g]] = text[lo[g]:hi[g]].
+
+        Most groups are two or three printable-ASCII tokens (a long word, a year), and a corpus repeats
+        them: those are keyed by their token ids (a group's text is its tokens' bytes) and each distinct
+        one is counted once, the others one by one by their text. Both memos persist (bounded)."""
+        np = self._np
+        n_groups = len(starts)
+        vals = np.empty(n_groups, np.int64)
+        size = stops - starts
+        not_plain = np.concatenate(([0], np.cumsum(~plain)))
+        keyed = (size <= 3) & (not_plain[stops] == not_plain[starts])
+        memo, by_ids = self._memo, self._by_ids
+        if len(memo) > self._MEMO_LIMIT:
+            memo.clear()
+        if len(by_ids) > self._MEMO_LIMIT:
+            by_ids.clear()
+        py = self._model._py
+        assert py is not None
+        py_count, other, fast = py.count, _NOT_PLAIN_ASCII.search, self._model._fast
+        g = np.flatnonzero(keyed)
+        if len(g):
+            s, z = starts[g], size[g]
+            last = len(ids) - 1
+            key = (ids[s].astype(np.int64) + 1) << 42
+            key |= np.where(z >= 2, ids[np.minimum(s + 1, last)].astype(np.int64) + 1, 0) << 21
+            key |= np.where(z >= 3, ids[np.minimum(s + 2, last)].astype(np.int64) + 1, 0)
+            uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            got = []
+            for k, f in zip(uniq.tolist(), g[first].tolist(), strict=True):
+                c = by_ids.get(k)
+                if c is None:  # printable ASCII: `count_fast` less its test for added tokens (none here)
+                    c = by_ids[k] = py_count(text[lo[f] : hi[f]])
+                got.append(c)
+            vals[g] = np.array(got, np.int64)[inverse.reshape(-1)]
+        rest = np.flatnonzero(~keyed)
+        if len(rest):
+            todo: dict[str, list[int]] = {}  # text -> its groups, for those not counted yet
+            for r, x, y in zip(rest.tolist(), lo[rest].tolist(), hi[rest].tolist(), strict=True):
+                piece = text[x:y]
+                c = memo.get(piece)
+                if c is None and piece.isascii() and other(piece) is None:
+                    c = memo[piece] = py_count(piece)
+                if c is None:
+                    todo.setdefault(piece, []).append(r)
+                else:
+                    vals[r] = c
+            if todo:  # the rest through the tokenizer, in one call
+                pieces = list(todo)
+                for piece, enc in zip(pieces, fast.encode_batch(pieces, add_special_tokens=False), strict=True):
+                    c = memo[piece] = len(enc)
+                    vals[todo[piece]] = c
+        return vals
 
 
 def span_indexer(unit: Unit, model: str = DEFAULT_MODEL) -> SpanIndexer | None:

@@ -407,6 +407,8 @@ AWKWARD = [
     "\u200b",
     "[MASK]",
     "[mask]",
+    "[Sep]",
+    "[un\u212a]",
     "🙂",
     "İ",
     "\u2019",
@@ -459,6 +461,11 @@ def test_python_word_pieces_match_the_tokenizer_on_its_vocabulary():
     texts += [a + b.removeprefix("##") for a, b in zip(texts[::7], texts[3::7], strict=False)]
     assert [mc.count_fast(t) for t in texts] == mc.count_many(texts)
     assert mc.count_fast("a [MASK] b") == mc.count("a [MASK] b") == 3
+    py = mc._py
+    assert py is not None
+    for text in ("[CLS]", "x [cls] y", "[Mask]", "[un\u212a]", "a[SEP]b"):  # in any case, Kelvin sign too
+        assert not py.handles_added(text), text
+    assert py.handles_added("[1] see [note] and [mas k]")
 
 
 # ---------------------------------------------------------------------------- keep_whole

@@ -10,7 +10,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from itertools import accumulate
+from bisect import bisect_right
 from typing import Any, ClassVar, TypedDict, TypeVar, Unpack
 
 from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, Measure, clip_context
@@ -219,7 +219,7 @@ class Chunker(ABC):
 
     def section_model_budget(self, doc: Document, section: Section) -> int:
         """Model word pieces left for text beside the section's plain context (an estimate for packing)."""
-        return self.measure(doc, section).budget(section.start, section.start)
+        return self.measure(doc, section).section_budget
 
     def _enforce(
         self, doc: Document, section: Section, a: int, b: int, fits: Fits, *, accept: Fits | None = None
@@ -281,9 +281,14 @@ class Chunker(ABC):
         m = self.measure(doc, section)
         fits = fits or m.fits
         m.prefetch_model(pieces)
-        both = [m.counts(a, b) for a, b in pieces]
-        ucum = [0, *accumulate(u for u, _ in both)]
-        mcum = [0, *accumulate(n for _, n in both)]
+        counts = m.counts
+        ucum, mcum, u_sum, m_sum = [0], [0], 0, 0
+        for a, b in pieces:
+            u, w = counts(a, b)
+            u_sum += u
+            m_sum += w
+            ucum.append(u_sum)
+            mcum.append(m_sum)
         size, mbudget = self.config.size, self.section_model_budget(doc, section)
         n = len(pieces)
         ids = list(item_ids) if item_ids is not None else list(range(n))
@@ -292,11 +297,18 @@ class Chunker(ABC):
         def estimate(i: int, j: int) -> bool:
             return ucum[j + 1] - ucum[i] <= size and mcum[j + 1] - mcum[i] <= mbudget
 
+        # without an item cap or groups the greedy extension is a search: the sums only grow
+        plain = max_items is None and not group_end
         out: list[tuple[int, int]] = []
         i = 0
         while i < n:
-            j = i
-            while j + 1 < n and (max_items is None or ids[j + 1] - ids[i] < max_items) and estimate(i, j + 1):
+            if plain:
+                # the last j with both sums of pieces i..j within budget (at least i)
+                j = min(bisect_right(ucum, ucum[i] + size), bisect_right(mcum, mcum[i] + mbudget)) - 2
+                j = min(max(j, i), n - 1)
+            else:
+                j = i
+            while not plain and j + 1 < n and (max_items is None or ids[j + 1] - ids[i] < max_items) and estimate(i, j + 1):
                 last = group_end.get(j + 1)
                 if last is not None and not estimate(i, last) and estimate(j + 1, last):
                     break
