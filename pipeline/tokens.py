@@ -562,7 +562,9 @@ class SpanIndexer:
                     vals[r] = c
             if todo:  # the rest through the tokenizer, in one call
                 pieces = list(todo)
-                for piece, enc in zip(pieces, fast.encode_batch(pieces, add_special_tokens=False), strict=True):
+                for piece, enc in zip(
+                    pieces, fast.encode_batch(pieces, add_special_tokens=False), strict=True
+                ):
                     c = memo[piece] = len(enc)
                     vals[todo[piece]] = c
         return vals

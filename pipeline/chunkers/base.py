@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from bisect import bisect_right
 from typing import Any, ClassVar, TypedDict, TypeVar, Unpack
 
 from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, Measure, clip_context
@@ -308,7 +308,12 @@ class Chunker(ABC):
                 j = min(max(j, i), n - 1)
             else:
                 j = i
-            while not plain and j + 1 < n and (max_items is None or ids[j + 1] - ids[i] < max_items) and estimate(i, j + 1):
+            while (
+                not plain
+                and j + 1 < n
+                and (max_items is None or ids[j + 1] - ids[i] < max_items)
+                and estimate(i, j + 1)
+            ):
                 last = group_end.get(j + 1)
                 if last is not None and not estimate(i, last) and estimate(j + 1, last):
                     break
