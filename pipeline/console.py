@@ -133,10 +133,16 @@ def hits(found: list, *, parent: bool) -> None:
         out.print("no results")
     for i, h in enumerate(found, 1):
         path = " > ".join(h.heading_path) or "-"
+        score = "  -  " if h.score is None else f"{h.score:.3f}"  # a chunk read to complete its section
+        note = (
+            "  whole section" if h.metadata.get("whole_section")
+            else "  rest of the section" if h.metadata.get("completes_section")
+            else ""
+        )  # fmt: skip
+        tokens = f"  {h.tokens_before + h.tokens} tokens" if hasattr(h, "tokens_before") else ""
         out.print(
-            f"[bold]{i}. {h.score:.3f}[/]  {escape(show_path(h.source_uri))}{_pages(h.metadata)}  "
-            f"\\[{h.char_start}:{h.char_end}]{'  whole section' if h.metadata.get('whole_section') else ''}  "
-            f"[cyan]{escape(path)}[/]",
+            f"[bold]{i}. {score}[/]  {escape(show_path(h.source_uri))}{_pages(h.metadata)}  "
+            f"\\[{h.char_start}:{h.char_end}]{note}{tokens}  [cyan]{escape(path)}[/]",
             highlight=False,
         )
         body = h.parent_text if parent and h.parent_text else h.text

@@ -19,9 +19,12 @@ def search(
     mode: SearchMode = "hybrid",
     with_parent: bool = False,
     whole_sections: float | None = store.WHOLE_SECTION_SHARE,
+    budget: int | None = None,
 ) -> list[Hit]:
     """Top-k chunks of a collection for a question (the model is loaded only when vectors are needed); a
-    section at least `whole_sections` retrieved comes back whole (None: chunks only)."""
+    section at least `whole_sections` retrieved comes back whole (None: chunks only). With `budget`, a
+    context of that many tokens instead (`store.context`: chunks in rank order, a section at least
+    `whole_sections` read completed in document order), whatever k."""
     if mode not in SEARCH_MODES:
         raise ConfigError(f"--mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
     if mode != "fulltext":
@@ -40,6 +43,11 @@ def search(
 
                 vec = query_embedder(coll.embed_model, settings).encode([query])[0]
             try:
+                if budget is not None:
+                    return list(store.context(
+                        conn, collection, vec, budget=budget, query_text=query, mode=mode,
+                        with_parent=with_parent, whole_sections=whole_sections,
+                    ))  # fmt: skip
                 return store.search(
                     conn, collection, vec, k=k, query_text=query, mode=mode, with_parent=with_parent,
                     whole_sections=whole_sections,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -126,6 +127,13 @@ def test_search_cli_modes(small):
     assert "keys.txt" in res.output
     res = runner.invoke(app, ["search", "rotate keys", "-k", "1", "--mode", "fulltext"])
     assert res.exit_code == 0 and "keys.txt" in res.output
+    # a context of a budget of tokens: the first chunk spends it (the last one read may go past it)
+    res = runner.invoke(app, ["search", "rotate keys", "--budget", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    (only,) = json.loads(res.output)
+    assert only["source_uri"].endswith("keys.txt") and only["tokens_before"] == 0 and only["tokens"] > 3
+    res = runner.invoke(app, ["search", "rotate keys", "--budget", "1000"])
+    assert res.exit_code == 0 and res.output.count(" tokens  ") == len(DOCS), res.output
     res = runner.invoke(app, ["search", "rotate keys", "--mode", "bm99"])
     assert isinstance(res.exception, ConfigError) and "--mode 'bm99'" in str(
         res.exception
@@ -241,3 +249,67 @@ def test_a_section_mostly_retrieved_comes_back_whole_in_every_mode(tmp_path, set
         assert bees.text == "Honey bees raise a new queen." and "whole_section" not in bees.metadata
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="p_whole_section"):
             conn.execute("SELECT * FROM chunkyard_search('default', %s, 3, false, 1.5)", (vec,))
+
+
+# ------------------------------------------------------------------------------------------ context
+
+
+def test_a_context_reads_chunks_in_rank_order_and_completes_a_section_half_read(tmp_path, settings):
+    """`chunkyard_context` over any search's ranking: chunks in rank order with their tokens and the tokens
+    read before them; once the chunks read cover half of a section, its other chunks follow at once in
+    document order (score NULL, "completes_section"); reading stops once the budget is spent; bad budgets
+    and shares are errors naming the parameter."""
+    folder = tmp_path / "ctx"
+    folder.mkdir()
+    paras = [
+        "Alpha wolves guard the northern valley during the long winter storms.",
+        "Beta rivers carry melted snow toward the southern farms every spring.",
+        "Gamma lanterns light the old harbour when the fishing ships return late.",
+    ]
+    text = "# Places\n\n" + "\n\n".join(paras) + "\n\n# Bees\n\nHoney bees raise a new queen when the old one fails.\n"
+    (folder / "places.md").write_text(text, encoding="utf-8")
+    run_ingest([folder], settings=settings, profile=strategy_profile("recursive", size=14, context="none"))
+    with db.connection(settings.database_url) as conn:
+        rows = conn.execute(
+            """SELECT c.id, c.text, c.token_count, c.section_id FROM chunks c
+               JOIN sections s ON s.id = c.section_id ORDER BY c.char_start"""
+        ).fetchall()
+        by_text = {r[1]: r for r in rows}
+        places = [r for r in rows if r[3] == by_text[paras[0]][3]]
+        assert [r[1] for r in places] == ["# Places", *paras]  # one chunk per heading or paragraph
+        # chunks only: exactly the search's ranking, tokens summed as read
+        query = "alpha wolves gamma lanterns"
+        ranked = store.search(conn, "default", None, k=10, query_text=query, mode="fulltext", whole_sections=None)
+        plain = store.context(conn, "default", None, budget=None, k=10, query_text=query, mode="fulltext",
+                              whole_sections=None)  # fmt: skip
+        assert [h.chunk_id for h in plain] == [h.chunk_id for h in ranked] and len(plain) == 2
+        assert [h.score for h in plain] == [h.score for h in ranked]
+        assert [h.tokens_before for h in plain] == [0, plain[0].tokens]
+        assert plain[0].tokens == by_text[plain[0].text][2]
+        # half of the section read (two of its three paragraphs): the rest follows, in document order
+        got = store.context(conn, "default", None, budget=None, k=10, query_text=query, mode="fulltext")
+        assert [h.chunk_id for h in got[:2]] == [h.chunk_id for h in ranked]
+        assert [h.text for h in got[2:]] == ["# Places", paras[1]]
+        assert all(h.score is None and h.metadata.get("completes_section") for h in got[2:])
+        assert not any(h.metadata.get("completes_section") for h in got[:2])
+        assert [h.tokens_before for h in got] == [sum(h.tokens for h in got[:i]) for i in range(len(got))]
+        # one paragraph of three is not half: nothing completed
+        one = store.context(conn, "default", None, budget=None, k=10, query_text="beta rivers", mode="fulltext")
+        assert [h.text for h in one] == [paras[1]]
+        # the budget: reading stops once it is spent (the last chunk read may go past it)
+        first = got[0].tokens
+        assert [h.chunk_id for h in store.context(conn, "default", None, budget=first, query_text=query,
+                                                  mode="fulltext")] == [got[0].chunk_id]  # fmt: skip
+        assert len(store.context(conn, "default", None, budget=first + 1, query_text=query, mode="fulltext")) == 2
+        # every search mode reads the same way: each chunk once, the completed section whole
+        vec = get_embedder(settings.model).encode([query])[0]
+        for mode in ("vector", "hybrid", "rrf"):
+            hits = store.context(conn, "default", vec, budget=None, k=10, query_text=query, mode=mode)
+            ids = [h.chunk_id for h in hits]
+            assert len(ids) == len(set(ids)) and {r[0] for r in places} <= set(ids), mode
+        for bad, name in (("0, 0.5", "p_budget"), ("100, 0", "p_whole_section")):
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match=name):
+                conn.execute(f"SELECT * FROM chunkyard_context(ARRAY[{places[0][0]}]::bigint[], NULL, {bad})")
+            conn.rollback()
+        with pytest.raises(ValueError, match="budget"):
+            store.context(conn, "default", None, budget=None, query_text=query, mode="fulltext")

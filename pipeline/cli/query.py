@@ -45,9 +45,18 @@ def search(
             "whole_section); --no-whole-sections: chunks only.",
         ),
     ] = True,
+    budget: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Instead of k chunks, a context of this many tokens: chunks in rank order, and the rest of "
+            "a section once half of it is read, in document order (the last chunk may go past the budget).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Top-k chunks for a query, with score, file, heading path and character range."""
+    """Top-k chunks for a query (or a context of --budget tokens), with score, file, heading path and
+    character range."""
     from pipeline.search import search as run_search
     from pipeline.store import WHOLE_SECTION_SHARE
 
@@ -59,6 +68,7 @@ def search(
         mode=mode,  # type: ignore[arg-type]
         with_parent=parent,
         whole_sections=WHOLE_SECTION_SHARE if whole_sections else None,
+        budget=budget,
     )
     if as_json:
         out.print_json(json.dumps([h.__dict__ for h in found]))

@@ -242,15 +242,18 @@ def ranked_until(
     start_k: int,
     chunk: Callable[[Any], tuple[Retrieved, list[int]]],
 ) -> list[tuple[Retrieved, list[int]]]:
-    """The search's ranking of chunks, asked for more rows until it holds `tokens` tokens (or the search has
-    no more). A budget is filled with chunks: no section comes back whole (that would add text past the
-    budget, and a large section cut at the budget reads only its start)."""
+    """The chunks a context of `tokens` tokens reads, in order, as `chunkyard search --budget` reads them
+    (`store.context`: rank order, and the rest of a section once half of it is read, in document order); the
+    search is asked for more chunks until they hold `tokens` cl100k tokens (or it has no more)."""
     from pipeline import store
 
     kk = max(start_k, 32)
     while True:
-        hits = store.search(conn, collection, qvec, k=kk, query_text=text, mode=mode, whole_sections=None)
+        # every chunk of the search's top kk, read in order (the budget is counted here, in cl100k tokens,
+        # whatever unit the collection counts its chunks in)
+        hits = store.context(conn, collection, qvec, budget=None, k=kk, query_text=text, mode=mode)
         got = [chunk(h) for h in hits]
-        if sum(len(e) for _, e in got) >= tokens or len(hits) < kk or kk >= 1000:
+        ranked = sum(not h.metadata.get("completes_section") for h in hits)
+        if sum(len(e) for _, e in got) >= tokens or ranked < kk or kk >= 1000:
             return got
         kk = min(kk * 4, 1000)

@@ -44,10 +44,12 @@ from pipeline.store.quality import quality_report, record_quality
 from pipeline.store.reads import (
     SEARCH_MODES,
     WHOLE_SECTION_SHARE,
+    ContextHit,
     Hit,
     SearchMode,
     collection_chunks,
     collection_texts,
+    context,
     search,
 )
 from pipeline.store.vectors import (
@@ -62,9 +64,9 @@ from pipeline.store.vectors import (
 )
 
 __all__ = [
-    "SEARCH_MODES", "WHOLE_SECTION_SHARE", "Hit", "NewDocument", "SearchMode", "bulk_load_pays", "bulk_mode", "drop_search_indexes",
+    "SEARCH_MODES", "WHOLE_SECTION_SHARE", "ContextHit", "Hit", "NewDocument", "SearchMode", "bulk_load_pays", "bulk_mode", "drop_search_indexes",
     "ensure_search_indexes", "write_documents", "as_array", "cache_lookup", "cache_store",
-    "chunk_spans", "document_texts", "record_eval", "collection_chunks", "collection_texts", "drop_collection", "ensure_collection", "finish_run",
+    "chunk_spans", "document_texts", "record_eval", "collection_chunks", "collection_texts", "context", "drop_collection", "ensure_collection", "finish_run",
     "get_collection", "lock_collection", "prune", "quality_changed", "quality_report", "record_quality", "recount_fts_stats", "record_error", "record_progress", "refresh_fts_stats", "run_errors", "search",
     "source_uris", "start_run", "status", "stored_documents", "stored_sections", "unlock_collection",
     "write_document", "activate_set", "create_set", "drop_retired_sets", "drop_set",

@@ -52,31 +52,93 @@ def search(
 ) -> list[Hit]:
     """Top-k chunks through the SQL functions users call themselves; a section at least `whole_sections`
     retrieved comes back whole in place of its chunks (None: chunks only)."""
-    if mode not in SEARCH_MODES:
-        raise ValueError(f"search mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
+    _check_mode(mode)
     if mode in ("hybrid", "rrf"):
-        rows = conn.execute(
-            """SELECT * FROM chunkyard_hybrid_search(%s, %s, %s, %s, %s, p_fusion => %s,
-                                                     p_whole_section => %s)""",
-            (collection, query_vec, query_text or "", k, with_parent, "rrf" if mode == "rrf" else "convex",
-             whole_sections),
-        ).fetchall()  # fmt: skip
+        query = """SELECT * FROM chunkyard_hybrid_search(%s, %s, %s, %s, %s, p_fusion => %s,
+                                                         p_whole_section => %s)"""
+        args: tuple = (collection, query_vec, query_text or "", k, with_parent, _fusion(mode), whole_sections)
     elif mode == "fulltext":
-        rows = conn.execute(
-            """SELECT h.*
-               FROM (SELECT array_agg(f.chunk_id ORDER BY f.score DESC, f.chunk_id) AS ids,
-                            array_agg(f.score ORDER BY f.score DESC, f.chunk_id) AS scores
-                     FROM chunkyard_fulltext_search(%s, %s, %s) f) t
-               CROSS JOIN LATERAL chunkyard_hits(t.ids, t.scores, %s, %s) h""",
-            (collection, query_text or "", k, with_parent, whole_sections),
-        ).fetchall()
+        query = """SELECT h.*
+                   FROM (SELECT array_agg(f.chunk_id ORDER BY f.score DESC, f.chunk_id) AS ids,
+                                array_agg(f.score ORDER BY f.score DESC, f.chunk_id) AS scores
+                         FROM chunkyard_fulltext_search(%s, %s, %s) f) t
+                   CROSS JOIN LATERAL chunkyard_hits(t.ids, t.scores, %s, %s) h"""
+        args = (collection, query_text or "", k, with_parent, whole_sections)
     else:
-        rows = conn.execute(
-            "SELECT * FROM chunkyard_search(%s, %s, %s, %s, %s)",
-            (collection, query_vec, k, with_parent, whole_sections),
-        ).fetchall()
+        query = "SELECT * FROM chunkyard_search(%s, %s, %s, %s, %s)"
+        args = (collection, query_vec, k, with_parent, whole_sections)
+    rows = conn.execute(query, args).fetchall()
     conn.commit()
     return [Hit(*r[:-1], _as_dict(r[-1])) for r in rows]
+
+
+@dataclass(frozen=True)
+class ContextHit(Hit):
+    """A chunk read into a context (`context`): its tokens (the collection's unit) and those read before it."""
+
+    tokens: int = 0
+    tokens_before: int = 0
+
+
+def context(
+    conn: psycopg.Connection,
+    collection: str,
+    query_vec: np.ndarray | None,
+    *,
+    budget: int | None,
+    query_text: str | None = None,
+    mode: SearchMode = "vector",
+    with_parent: bool = False,
+    whole_sections: float | None = WHOLE_SECTION_SHARE,
+    k: int | None = None,
+) -> list[ContextHit]:
+    """A context of `budget` tokens (`chunkyard_context`): the search's chunks in rank order, and the rest of a
+    section once `whole_sections` of it is read, in document order, until the budget is spent (the last chunk
+    may go past it). The search is asked for `k` chunks, or by default for 32 and then more until the
+    context is full or the search has no more (1000 at most); `budget` None reads all `k` of them."""
+    if budget is None and k is None:
+        raise ValueError("context: give a budget of tokens or the number of chunks k to read")
+    _check_mode(mode)
+    kk = k or 32
+    while True:
+        ranking, args = _ranking(mode, collection, query_vec, query_text, kk)
+        rows = conn.execute(
+            f"""SELECT h.*, cardinality(t.ids)
+                FROM (SELECT array_agg(r.chunk_id ORDER BY r.score DESC, r.chunk_id) AS ids,
+                             array_agg(r.score ORDER BY r.score DESC, r.chunk_id) AS scores
+                      FROM {ranking} r) t
+                CROSS JOIN LATERAL chunkyard_context(t.ids, t.scores, %s, %s, %s) h""",
+            (*args, budget, whole_sections, with_parent),
+        ).fetchall()
+        conn.commit()
+        ranked = rows[0][-1] if rows else 0
+        spent = sum(r[10] for r in rows)
+        if k is not None or budget is None or spent >= budget or ranked < kk or kk >= 1000:
+            return [ContextHit(*r[:9], _as_dict(r[9]), r[10], r[11]) for r in rows]
+        kk = min(kk * 4, 1000)
+
+
+def _ranking(
+    mode: SearchMode, collection: str, query_vec: np.ndarray | None, query_text: str | None, k: int
+) -> tuple[str, tuple]:
+    """A search's top k chunks, no section whole, as a FROM item with chunk_id and score (and its args)."""
+    if mode in ("hybrid", "rrf"):
+        return (
+            "chunkyard_hybrid_search(%s, %s, %s, %s, p_fusion => %s, p_whole_section => NULL)",
+            (collection, query_vec, query_text or "", k, _fusion(mode)),
+        )
+    if mode == "fulltext":
+        return "chunkyard_fulltext_search(%s, %s, %s)", (collection, query_text or "", k)
+    return "chunkyard_search(%s, %s, %s, p_whole_section => NULL)", (collection, query_vec, k)
+
+
+def _fusion(mode: SearchMode) -> str:
+    return "rrf" if mode == "rrf" else "convex"
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"search mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
 
 
 def _as_dict(metadata: object) -> dict:

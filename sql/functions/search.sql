@@ -395,3 +395,109 @@ BEGIN
     CROSS JOIN LATERAL chunkyard_hits(t.ids, t.scores, p_with_parent, p_whole_section) h;
 END
 $$;
+
+-- A context of p_budget tokens read from a ranking (chunk ids in rank order with their scores, from any
+-- search above asked for chunks only, p_whole_section => NULL): the chunks in rank order, and once the
+-- chunks read from one section cover at least p_whole_section of its characters (the share at which the
+-- searches return a section whole), the rest of that section at once, in document order, every chunk
+-- counted against the budget. Rows in reading order, each with its tokens (chunks.token_count, the
+-- collection's unit: cl100k tokens by default) and the tokens read before it; reading stops once the budget
+-- is spent, so the last row may go past it (a caller that needs exactly p_budget cuts that row's text).
+-- p_budget NULL: every chunk of the ranking; p_whole_section NULL: no section completed. Rows read to
+-- complete a section have a NULL score and metadata "completes_section": true.
+CREATE OR REPLACE FUNCTION chunkyard_context(
+    p_ids             bigint[],
+    p_scores          double precision[],
+    p_budget          integer,
+    p_whole_section   double precision DEFAULT 0.5,
+    p_with_parent     boolean DEFAULT false
+)
+RETURNS TABLE (
+    chunk_id      bigint,
+    score         double precision,
+    text          text,
+    source_uri    text,
+    heading_path  text[],
+    char_start    integer,
+    char_end      integer,
+    section_id    bigint,
+    parent_text   text,
+    metadata      jsonb,
+    tokens        integer,
+    tokens_before bigint
+)
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_read   bigint[] := '{}';   -- chunk ids in reading order
+    v_rank   integer[] := '{}';  -- their rank in p_ids; NULL for a chunk read to complete its section
+    v_secs   bigint[] := '{}';   -- sections met so far, with the characters of theirs read (v_cov)
+    v_cov    float8[] := '{}';
+    v_spent  bigint := 0;
+    v_at     integer;
+    r        record;
+    c        record;
+BEGIN
+    IF p_whole_section IS NOT NULL AND NOT (p_whole_section > 0 AND p_whole_section <= 1) THEN
+        RAISE EXCEPTION 'p_whole_section must be NULL (no section completed) or a share of a section above 0 and at most 1, not %',
+            p_whole_section USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_budget IS NOT NULL AND p_budget <= 0 THEN
+        RAISE EXCEPTION 'p_budget must be NULL (no limit) or a positive number of tokens, not %', p_budget
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR r IN SELECT u.id, u.ord::integer AS ord, ch.section_id AS sec, ch.token_count AS n,
+                    (ch.char_end - ch.char_start)::float8 AS len, (s.char_end - s.char_start)::float8 AS sec_len
+             FROM unnest(p_ids) WITH ORDINALITY AS u(id, ord)
+             JOIN chunks ch ON ch.id = u.id
+             JOIN sections s ON s.id = ch.section_id
+             ORDER BY u.ord
+    LOOP
+        EXIT WHEN p_budget IS NOT NULL AND v_spent >= p_budget;
+        CONTINUE WHEN r.id = ANY (v_read);
+        v_read := v_read || r.id;
+        v_rank := v_rank || r.ord;
+        v_spent := v_spent + r.n;
+        CONTINUE WHEN p_whole_section IS NULL;
+        v_at := array_position(v_secs, r.sec);
+        IF v_at IS NULL THEN
+            v_secs := v_secs || r.sec;
+            v_cov := v_cov || r.len;
+            v_at := cardinality(v_secs);
+        ELSE
+            v_cov[v_at] := v_cov[v_at] + r.len;
+        END IF;
+        IF r.sec_len > 0 AND v_cov[v_at] >= p_whole_section * r.sec_len THEN
+            FOR c IN SELECT ch.id, ch.token_count AS n, (ch.char_end - ch.char_start)::float8 AS len
+                     FROM chunks ch
+                     WHERE ch.section_id = r.sec AND NOT (ch.id = ANY (v_read))
+                     ORDER BY ch.char_start, ch.id
+            LOOP
+                v_read := v_read || c.id;
+                v_rank := v_rank || NULL::integer;
+                v_spent := v_spent + c.n;
+                v_cov[v_at] := v_cov[v_at] + c.len;
+            END LOOP;
+        END IF;
+    END LOOP;
+    RETURN QUERY
+    SELECT x.id, x.score, x.text, x.source_uri, x.heading_path, x.char_start, x.char_end, x.section_id,
+           x.parent_text, x.metadata, x.tokens, x.tokens_before
+    FROM (SELECT o.id, o.pos, p_scores[o.rk] AS score, ch.text, d.source_uri, s.heading_path, ch.char_start,
+                 ch.char_end, ch.section_id,
+                 CASE WHEN p_with_parent
+                      THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END AS parent_text,
+                 CASE WHEN o.rk IS NULL THEN ch.metadata || '{"completes_section": true}'
+                      ELSE ch.metadata END AS metadata,
+                 ch.token_count AS tokens,
+                 sum(ch.token_count) OVER (ORDER BY o.pos) - ch.token_count AS tokens_before
+          FROM unnest(v_read, v_rank) WITH ORDINALITY AS o(id, rk, pos)
+          JOIN chunks ch ON ch.id = o.id
+          JOIN documents d ON d.id = ch.document_id
+          JOIN sections s ON s.id = ch.section_id) x
+    -- a section completed near the end of the budget is read only until the budget is spent
+    WHERE p_budget IS NULL OR x.tokens_before < p_budget
+    ORDER BY x.pos;
+END
+$$;
