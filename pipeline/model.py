@@ -110,6 +110,13 @@ class Document:
         return f"p{first}+{inner}" + (f" ocr {','.join(conf)}" if conf else "")
 
 
+def heading_context(doc: Document, section: Section) -> str:
+    """The document's title and the section's heading path, "Title > Heading > Subheading" (a heading that
+    repeats the title once): what full-text search reads with each chunk of the section (`search_context`)."""
+    headings = [h for h in section.heading_path if h and h != doc.title]
+    return " > ".join(([doc.title] if doc.title else []) + headings)
+
+
 def section_hash(doc: Document, section: Section) -> str:
     """sha256 of the section's text."""
     return sha256(doc.text[section.start : section.end])

@@ -167,12 +167,13 @@ def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
                 """WITH col AS (INSERT INTO collections (name, profile, model, dim)
                                 VALUES ('old', '{}', 'm', 384) RETURNING id),
                         doc AS (INSERT INTO documents (collection_id, source_uri, content_hash, text_hash,
-                                    doc_type, chunk_key, mime, normalized_text)
+                                    doc_type, chunk_key, mime, normalized_text, title)
                                 SELECT id, 'file:///a.txt', 'h', 'h', 'text', 'k', 'text/plain',
-                                       'Rotating keys' FROM col RETURNING id, collection_id),
+                                       'Rotating keys', 'Handbook' FROM col RETURNING id, collection_id),
                         sec AS (INSERT INTO sections (document_id, ordinal, content_hash, fingerprint,
-                                    char_start, char_end)
-                                SELECT id, 0, 'h', 'f', 0, 13 FROM doc RETURNING id, document_id)
+                                    char_start, char_end, heading_path)
+                                SELECT id, 0, 'h', 'f', 0, 13, '{Handbook,Security}' FROM doc
+                                RETURNING id, document_id)
                    INSERT INTO chunks (section_id, document_id, collection_id, ordinal, text, content_hash,
                                        embed_hash, char_start, char_end, token_count, model, embedding)
                    SELECT sec.id, doc.id, doc.collection_id, 0, 'Rotating keys', 'h', 'h', 0, 13, 2, 'm',
@@ -193,7 +194,13 @@ def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
         assert applied == [p.name for p in db.migration_files()[1:]]
         c.commit()
     with db.connection(url) as c:
-        assert c.execute("SELECT tsv::text FROM chunks").fetchone()[0] == "'key':2 'rotat':1"
+        # version 10: full text reads the title and heading path (the title once) before the chunk's text
+        assert c.execute("SELECT search_context, tsv::text FROM chunks").fetchone() == (
+            "Handbook > Security", "'handbook':1 'key':4 'rotat':3 'secur':2"
+        )
+        assert c.execute("SELECT fts_chunks, fts_len_total FROM collections").fetchone() == (1, 4)
+        (hit,) = store.search(c, "old", None, k=1, query_text="security", mode="fulltext")
+        assert hit.text == "Rotating keys"
         n = c.execute("SELECT count(*) FROM pg_proc WHERE proname = 'chunkyard_hybrid_search'").fetchone()[0]
         assert n == 1  # the old signature is gone: calls are not ambiguous
         hits = store.search(
@@ -313,3 +320,29 @@ def test_a_context_reads_chunks_in_rank_order_and_completes_a_section_half_read(
             conn.rollback()
         with pytest.raises(ValueError, match="budget"):
             store.context(conn, "default", None, budget=None, query_text=query, mode="fulltext")
+
+
+def test_full_text_reads_the_title_and_heading_path_with_each_chunk(tmp_path, settings):
+    """A chunk whose own words miss the question's is found by the headings above it (search_context), the
+    embedded context unchanged; a renamed heading rewrites the chunks below it, so their context follows."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    body = " ".join(f"Run one worker process per container, step {i}, and let the cluster replicate it." for i in range(12))
+    page = folder / "deploy.md"
+    page.write_text(f"# Deployment guide\n\n## Kubernetes\n\n{body}\n", encoding="utf-8")
+    run_ingest([folder], settings=settings, profile=strategy_profile("recursive", size=48, context="none"))
+    with db.connection(settings.database_url) as conn:
+        rows = conn.execute("SELECT text, context, search_context FROM chunks ORDER BY char_start").fetchall()
+        below = [r for r in rows if r[0].startswith("Run")]  # the body's chunks, below "## Kubernetes"
+        assert below and {r[2] for r in below} == {"Deployment guide > Kubernetes"}
+        assert {r[1] for r in below} == {""}  # what is embedded is the profile's business (none here)
+        hits = store.search(conn, "default", None, k=20, query_text="kubernetes", mode="fulltext", whole_sections=None)
+        assert {h.text for h in hits} >= {r[0] for r in below}
+        page.write_text(f"# Deployment guide\n\n## Nomad\n\n{body}\n", encoding="utf-8")
+    run_ingest([folder], settings=settings, profile=strategy_profile("recursive", size=48, context="none"))
+    with db.connection(settings.database_url) as conn:
+        contexts = {r[0] for r in conn.execute("SELECT search_context FROM chunks").fetchall()}
+        assert "Deployment guide > Nomad" in contexts and "Deployment guide > Kubernetes" not in contexts
+        assert store.search(conn, "default", None, k=5, query_text="kubernetes", mode="fulltext") == []
+        (n,) = conn.execute("SELECT fts_chunks FROM collections").fetchone()
+        assert n == conn.execute("SELECT count(*) FROM chunks").fetchone()[0]  # statistics kept current

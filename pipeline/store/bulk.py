@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pipeline.model import Chunk, Document, embed_hash, section_hash, sha256
+from pipeline.model import Chunk, Document, embed_hash, heading_context, section_hash, sha256
 
 #: The full-text index a bulk load may build after the load instead of maintaining it row by row (name ->
 #: definition, as in migration 002); `ensure_search_indexes` restores it when missing. The HNSW index is the
@@ -112,7 +112,7 @@ def write_documents(
         copy_chunks(
             conn,
             [
-                (sid[doc_ids[d.doc.uri], i], doc_ids[d.doc.uri], k, ch)
+                (sid[doc_ids[d.doc.uri], i], doc_ids[d.doc.uri], k, ch, heading_context(d.doc, d.doc.sections[i]))
                 for d in written
                 for i, chunks in d.chunks.items()
                 for k, ch in enumerate(chunks)
@@ -126,14 +126,15 @@ def write_documents(
 
 def copy_chunks(
     conn: psycopg.Connection,
-    rows: Sequence[tuple[int, int, int, Chunk]],
+    rows: Sequence[tuple[int, int, int, Chunk, str]],
     *,
     collection_id: int,
     vectors: dict[str, np.ndarray],
     set_id: int,
 ) -> None:
-    """Binary COPY of (section id, document id, ordinal, chunk) rows into chunks, and of their vectors into the
-    embedding set's partition: the one way chunks are written. Ids are drawn first, so both are plain COPYs."""
+    """Binary COPY of (section id, document id, ordinal, chunk, search context) rows into chunks, and of their
+    vectors into the embedding set's partition: the one way chunks are written. Ids are drawn first, so both
+    are plain COPYs. The search context (`model.heading_context`) is read by full-text search only."""
     if not rows:
         return
     ids = [
@@ -142,16 +143,16 @@ def copy_chunks(
             "SELECT nextval(pg_get_serial_sequence('chunks', 'id')) FROM generate_series(1, %s)", (len(rows),)
         ).fetchall()
     ]
-    hashes = [embed_hash(ch.embed_text) for _, _, _, ch in rows]
+    hashes = [embed_hash(ch.embed_text) for _, _, _, ch, _ in rows]
     cols = """id, section_id, document_id, collection_id, ordinal, text, context, content_hash, embed_hash,
-              char_start, char_end, token_count, metadata"""
+              char_start, char_end, token_count, metadata, search_context"""
     with _copy_into(conn, "chunks", cols) as cp:
         cp.set_types(["int8", "int8", "int8", "int8", "int4", "text", "text", "text", "text", "int4", "int4",
-                      "int4", "jsonb"])  # fmt: skip
-        for chunk_id, h, (section_id, doc_id, ordinal, ch) in zip(ids, hashes, rows, strict=True):
+                      "int4", "jsonb", "text"])  # fmt: skip
+        for chunk_id, h, (section_id, doc_id, ordinal, ch, search) in zip(ids, hashes, rows, strict=True):
             cp.write_row([
                 chunk_id, section_id, doc_id, collection_id, ordinal, ch.text, ch.context, sha256(ch.text), h,
-                ch.start, ch.end, ch.token_count, Jsonb(ch.metadata),
+                ch.start, ch.end, ch.token_count, Jsonb(ch.metadata), search,
             ])  # fmt: skip
     copy_vectors(conn, set_id, ((i, vectors[h]) for i, h in zip(ids, hashes, strict=True)))
 

@@ -14,6 +14,7 @@ from pipeline.model import (
     SectionPlan,
     StoredDocument,
     StoredSection,
+    heading_context,
     section_hash,
 )
 from pipeline.store.bulk import copy_chunks, document_metadata
@@ -199,7 +200,11 @@ def write_document(
                    WHERE s.id = u.id AND s.parent_id IS DISTINCT FROM u.parent""",
                 ([p[0] for p in pairs], [p[1] for p in pairs]),
             )
-        rows = [(ids[i], doc_id, k, ch) for i, chunks in new_chunks.items() for k, ch in enumerate(chunks)]
+        rows = [
+            (ids[i], doc_id, k, ch, heading_context(doc, doc.sections[i]))
+            for i, chunks in new_chunks.items()
+            for k, ch in enumerate(chunks)
+        ]
         copy_chunks(conn, rows, collection_id=collection_id, vectors=vectors, set_id=set_id)
     return doc_id
 
