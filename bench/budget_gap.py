@@ -250,9 +250,9 @@ def gap(a: Index, b: Index, budget: int, show: int, share: float | None = None) 
 # ------------------------------------------------------------------------------------------- variants
 
 
-def pull_neighbours(ix: Index, ranking: list[int], only_retrieved: bool = True) -> list[int]:
-    """A chunk's retrieved neighbours of the same section follow it at once (adjacent retrieved chunks merged)."""
-    pool = set(ranking)
+def _follow(ix: Index, ranking: list[int], admit: Callable[[int, int], bool]) -> list[int]:
+    """The ranking, each chunk followed at once by its adjacent chunks of one section that `admit(first, n)`
+    (first: the ranked chunk the run started from), transitively."""
     out, seen = [], set()
     for i in ranking:
         if i in seen:
@@ -265,14 +265,15 @@ def pull_neighbours(ix: Index, ranking: list[int], only_retrieved: bool = True) 
             seen.add(j)
             out.append(j)
             for n in (j - 1, j + 1):
-                if (
-                    0 <= n < len(ix.rows)
-                    and ix.adjacent(j, n)
-                    and n not in seen
-                    and (n in pool or not only_retrieved)
-                ):
+                if 0 <= n < len(ix.rows) and n not in seen and ix.adjacent(j, n) and admit(i, n):
                     stack.append(n)
     return out
+
+
+def pull_neighbours(ix: Index, ranking: list[int], only_retrieved: bool = True) -> list[int]:
+    """A chunk's retrieved neighbours of the same section follow it at once (adjacent retrieved chunks merged)."""
+    pool = set(ranking)
+    return _follow(ix, ranking, lambda _i, n: n in pool or not only_retrieved)
 
 
 def drop_small(ix: Index, ranking: list[int], min_tokens: int) -> list[int]:
@@ -319,21 +320,7 @@ def merge_close(ix: Index, qi: int, ratio: float) -> list[int]:
     chunk's neighbour follows it at once when the neighbour scores at least `ratio` x the chunk's score."""
     sc = fused_scores(ix, qi)
     ranking = sorted(sc, key=lambda i: (-sc[i], i))
-    out, seen = [], set()
-    for i in ranking:
-        if i in seen:
-            continue
-        stack = [i]
-        while stack:
-            j = stack.pop(0)
-            if j in seen:
-                continue
-            seen.add(j)
-            out.append(j)
-            for n in (j - 1, j + 1):
-                if n in sc and n not in seen and ix.adjacent(j, n) and sc[n] >= ratio * sc[i]:
-                    stack.append(n)
-    return out
+    return _follow(ix, ranking, lambda i, n: n in sc and sc[n] >= ratio * sc[i])
 
 
 def complete_sections(ix: Index, ranking: list[int], share: float) -> list[int]:

@@ -481,21 +481,21 @@ BEGIN
             END LOOP;
         END IF;
     END LOOP;
+    -- the rows every search returns (chunkyard_hits, each chunk as itself), with what they cost
     RETURN QUERY
-    SELECT x.id, x.score, x.text, x.source_uri, x.heading_path, x.char_start, x.char_end, x.section_id,
+    SELECT x.chunk_id, x.score, x.text, x.source_uri, x.heading_path, x.char_start, x.char_end, x.section_id,
            x.parent_text, x.metadata, x.tokens, x.tokens_before
-    FROM (SELECT o.id, o.pos, p_scores[o.rk] AS score, ch.text, d.source_uri, s.heading_path, ch.char_start,
-                 ch.char_end, ch.section_id,
-                 CASE WHEN p_with_parent
-                      THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END AS parent_text,
-                 CASE WHEN o.rk IS NULL THEN ch.metadata || '{"completes_section": true}'
-                      ELSE ch.metadata END AS metadata,
+    FROM (SELECT h.chunk_id, o.pos, h.score, h.text, h.source_uri, h.heading_path, h.char_start, h.char_end,
+                 h.section_id, h.parent_text,
+                 CASE WHEN o.rk IS NULL THEN h.metadata || '{"completes_section": true}' ELSE h.metadata END
+                     AS metadata,
                  ch.token_count AS tokens,
                  sum(ch.token_count) OVER (ORDER BY o.pos) - ch.token_count AS tokens_before
           FROM unnest(v_read, v_rank) WITH ORDINALITY AS o(id, rk, pos)
-          JOIN chunks ch ON ch.id = o.id
-          JOIN documents d ON d.id = ch.document_id
-          JOIN sections s ON s.id = ch.section_id) x
+          JOIN chunkyard_hits(v_read, ARRAY(SELECT p_scores[r.rk] FROM unnest(v_rank) WITH ORDINALITY AS r(rk, i)
+                                            ORDER BY r.i),
+                              p_with_parent, NULL) h ON h.chunk_id = o.id
+          JOIN chunks ch ON ch.id = o.id) x
     -- a section completed near the end of the budget is read only until the budget is spent
     WHERE p_budget IS NULL OR x.tokens_before < p_budget
     ORDER BY x.pos;
