@@ -67,6 +67,9 @@ def test_a_reader_searches_and_reads_but_cannot_write(two_collections, database_
         assert hits and "pelicans" in hits[0][0]
         vec = c.execute("SELECT embedding FROM chunk_embeddings LIMIT 1").fetchone()[0]
         assert c.execute("SELECT count(*) FROM chunkyard_search('a', %s, 3)", (vec,)).fetchone()[0] >= 1
+        ids = [r[0] for r in c.execute("SELECT chunk_id FROM chunkyard_fulltext_search('a', 'pelicans', 3)")]
+        read = c.execute("SELECT chunk_id, tokens FROM chunkyard_context(%s, NULL, 1000)", (ids,)).fetchall()
+        assert [r[0] for r in read][: len(ids)] == ids and all(r[1] > 0 for r in read)
         for stmt in ("DELETE FROM chunks", "UPDATE documents SET title = 'x'", "DROP TABLE chunks",
                      "INSERT INTO collections (name, profile, model, dim) VALUES ('z', '{}', 'm', 384)",
                      "SELECT chunkyard_enable_rls()"):  # fmt: skip
@@ -103,6 +106,8 @@ def test_row_level_security_shows_each_tenant_its_collections(two_collections, c
     conn.execute("SELECT chunkyard_grant('a', %s)", (tenant_a,))
     conn.execute("SELECT chunkyard_grant('b', %s)", (tenant_b,))
     conn.execute("SELECT chunkyard_enable_rls()")
+    ids = dict(conn.execute("SELECT l.name, array_agg(c.id) FROM chunks c JOIN collections l "
+                            "ON l.id = c.collection_id GROUP BY l.name").fetchall())  # fmt: skip
     for role, mine, theirs in ((tenant_a, "a", "b"), (tenant_b, "b", "a")):
         with as_role(database_url, role) as c:
             seen = {r[0] for r in c.execute("SELECT name FROM collections")}
@@ -120,6 +125,10 @@ def test_row_level_security_shows_each_tenant_its_collections(two_collections, c
             assert (
                 c.execute("SELECT count(*) FROM chunkyard_search(%s, %s, 5)", (mine, vec)).fetchone()[0] >= 1
             )
+            # a context of another tenant's chunk ids reads nothing of them, sections completed or not
+            ctx = "SELECT chunk_id FROM chunkyard_context(%s, NULL, NULL, 0.01)"
+            assert c.execute(ctx, (ids[theirs],)).fetchall() == []
+            assert {r[0] for r in c.execute(ctx, (ids[mine],))} == set(ids[mine])
     # the owner (and the pipeline) still see everything
     assert conn.execute("SELECT count(*) FROM collections").fetchone()[0] == 2
     conn.execute("SELECT chunkyard_disable_rls()")
