@@ -518,7 +518,8 @@ class SpanIndexer:
 
         Most groups are two or three printable-ASCII tokens (a long word, a year), and a corpus repeats
         them: those are keyed by their token ids (a group's text is its tokens' bytes) and each distinct
-        one is counted once, the others one by one by their text. Both memos persist (bounded)."""
+        one is counted once, the others by their text (`ModelCounter.count_fast`). Both memos persist
+        (bounded)."""
         np = self._np
         n_groups = len(starts)
         vals = np.empty(n_groups, np.int64)
@@ -532,7 +533,7 @@ class SpanIndexer:
             by_ids.clear()
         py = self._model._py
         assert py is not None
-        py_count, other, fast = py.count, _NOT_PLAIN_ASCII.search, self._model._fast
+        py_count, count_fast = py.count, self._model.count_fast
         g = np.flatnonzero(keyed)
         if len(g):
             s, z = starts[g], size[g]
@@ -549,24 +550,12 @@ class SpanIndexer:
                 got.append(c)
             vals[g] = np.array(got, np.int64)[inverse.reshape(-1)]
         rest = np.flatnonzero(~keyed)
-        if len(rest):
-            todo: dict[str, list[int]] = {}  # text -> its groups, for those not counted yet
-            for r, x, y in zip(rest.tolist(), lo[rest].tolist(), hi[rest].tolist(), strict=True):
-                piece = text[x:y]
-                c = memo.get(piece)
-                if c is None and piece.isascii() and other(piece) is None:
-                    c = memo[piece] = py_count(piece)
-                if c is None:
-                    todo.setdefault(piece, []).append(r)
-                else:
-                    vals[r] = c
-            if todo:  # the rest through the tokenizer, in one call
-                pieces = list(todo)
-                for piece, enc in zip(
-                    pieces, fast.encode_batch(pieces, add_special_tokens=False), strict=True
-                ):
-                    c = memo[piece] = len(enc)
-                    vals[todo[piece]] = c
+        for r, x, y in zip(rest.tolist(), lo[rest].tolist(), hi[rest].tolist(), strict=True):
+            piece = text[x:y]
+            c = memo.get(piece)
+            if c is None:
+                c = memo[piece] = count_fast(piece)
+            vals[r] = c
         return vals
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, TypedDict, TypeVar, Unpack
 from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, Measure, clip_context
 from pipeline.chunkers.spans import Fits, recursive_spans
 from pipeline.config import DEFAULT_MODEL, DEFAULT_SEPARATORS
-from pipeline.model import Chunk, Document, Section, Span, strip_span
+from pipeline.model import Chunk, Document, Section, Span, heading_context, strip_span
 from pipeline.tokens import (
     Counter,
     ModelCounter,
@@ -103,11 +103,11 @@ class Chunker(ABC):
         mode = getattr(self.config, "context", "none")
         if mode == "none":
             return ""
-        title = doc.title if mode in ("title", "title_heading", "path") else ""
-        headings = [h for h in section.heading_path if h and h != doc.title]
-        if mode == "title":
-            headings = []
-        elif mode in ("heading", "title_heading"):
+        if mode == "path":
+            return heading_context(doc, section)
+        title = doc.title if mode in ("title", "title_heading") else ""
+        headings: list[str] = []
+        if mode in ("heading", "title_heading"):
             near = next((h for h in reversed(section.heading_path) if h), "")
             headings = [near] if near and (mode == "heading" or near != doc.title) else []
         return " > ".join(([title] if title else []) + headings)
@@ -308,16 +308,15 @@ class Chunker(ABC):
                 j = min(max(j, i), n - 1)
             else:
                 j = i
-            while (
-                not plain
-                and j + 1 < n
-                and (max_items is None or ids[j + 1] - ids[i] < max_items)
-                and estimate(i, j + 1)
-            ):
-                last = group_end.get(j + 1)
-                if last is not None and not estimate(i, last) and estimate(j + 1, last):
-                    break
-                j += 1
+                while (
+                    j + 1 < n
+                    and (max_items is None or ids[j + 1] - ids[i] < max_items)
+                    and estimate(i, j + 1)
+                ):
+                    last = group_end.get(j + 1)
+                    if last is not None and not estimate(i, last) and estimate(j + 1, last):
+                        break
+                    j += 1
             # the sum is an estimate; the real count of the span as it will be stored decides
             while j > i and not fits(*strip_span(text, pieces[i][0], pieces[j][1])):
                 j -= 1

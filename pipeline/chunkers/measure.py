@@ -239,12 +239,10 @@ class Measure:
             cost = self._ctx[ctx] = self._model_counter.count(ctx) + _JOIN_COST if ctx else 0
         return self.chunker.model_limit - cost
 
-    @cached_property
+    @property
     def section_budget(self) -> int:
         """`budget` of a span at the section's start: the section's plain context (packing's estimate)."""
-        if self._fixed_budget is not None:
-            return self._fixed_budget
-        return self.budget(self.section.start, self.section.start)
+        return self._model_budget(self.section.start, self.section.start)
 
     def fits_whole(self, a: int, b: int) -> bool:
         """`fits` with the budget of a paragraph kept whole (`keep_whole`) instead of `size`."""
