@@ -15,6 +15,19 @@ BEGIN
 END
 $$;
 
+-- p_whole_section, the share of a section at which a search returns it whole and a context completes it:
+-- NULL (no section rule) or above 0 and at most 1.
+CREATE OR REPLACE FUNCTION chunkyard_check_share(p_share double precision) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_share IS NOT NULL AND NOT (p_share > 0 AND p_share <= 1) THEN
+        RAISE EXCEPTION 'p_whole_section must be NULL (chunks only, no section completed) or a share of a section above 0 and at most 1, not %',
+            p_share USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
 -- Sections returned whole: given chunk ids in rank order, a section whose ranked chunks cover at least
 -- p_share of its characters is returned whole at the rank of its best chunk (whole = true, with the
 -- section's text and offsets, outer whitespace stripped), and its other chunks are dropped; with p_share
@@ -27,10 +40,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF p_share IS NOT NULL AND NOT (p_share > 0 AND p_share <= 1) THEN
-        RAISE EXCEPTION 'p_whole_section must be NULL (chunks only) or a share of a section above 0 and at most 1, not %',
-            p_share USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM chunkyard_check_share(p_share);
     RETURN QUERY
     WITH hit AS (
         SELECT u.id, u.ord, c.section_id, (c.char_end - c.char_start)::float8 AS len,
@@ -439,10 +449,7 @@ DECLARE
     r        record;
     c        record;
 BEGIN
-    IF p_whole_section IS NOT NULL AND NOT (p_whole_section > 0 AND p_whole_section <= 1) THEN
-        RAISE EXCEPTION 'p_whole_section must be NULL (no section completed) or a share of a section above 0 and at most 1, not %',
-            p_whole_section USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM chunkyard_check_share(p_whole_section);
     IF p_budget IS NOT NULL AND p_budget <= 0 THEN
         RAISE EXCEPTION 'p_budget must be NULL (no limit) or a positive number of tokens, not %', p_budget
             USING ERRCODE = 'invalid_parameter_value';
@@ -469,7 +476,8 @@ BEGIN
             v_cov[v_at] := v_cov[v_at] + r.len;
         END IF;
         IF r.sec_len > 0 AND v_cov[v_at] >= p_whole_section * r.sec_len THEN
-            FOR c IN SELECT ch.id, ch.token_count AS n, (ch.char_end - ch.char_start)::float8 AS len
+            -- every chunk of the section is read now, so it is never met (nor completed) again
+            FOR c IN SELECT ch.id, ch.token_count AS n
                      FROM chunks ch
                      WHERE ch.section_id = r.sec AND NOT (ch.id = ANY (v_read))
                      ORDER BY ch.char_start, ch.id
@@ -477,7 +485,6 @@ BEGIN
                 v_read := v_read || c.id;
                 v_rank := v_rank || NULL::integer;
                 v_spent := v_spent + c.n;
-                v_cov[v_at] := v_cov[v_at] + c.len;
             END LOOP;
         END IF;
     END LOOP;
@@ -485,16 +492,14 @@ BEGIN
     RETURN QUERY
     SELECT x.chunk_id, x.score, x.text, x.source_uri, x.heading_path, x.char_start, x.char_end, x.section_id,
            x.parent_text, x.metadata, x.tokens, x.tokens_before
-    FROM (SELECT h.chunk_id, o.pos, h.score, h.text, h.source_uri, h.heading_path, h.char_start, h.char_end,
-                 h.section_id, h.parent_text,
+    FROM (SELECT h.chunk_id, o.pos, p_scores[o.rk] AS score, h.text, h.source_uri, h.heading_path,
+                 h.char_start, h.char_end, h.section_id, h.parent_text,
                  CASE WHEN o.rk IS NULL THEN h.metadata || '{"completes_section": true}' ELSE h.metadata END
                      AS metadata,
                  ch.token_count AS tokens,
                  sum(ch.token_count) OVER (ORDER BY o.pos) - ch.token_count AS tokens_before
           FROM unnest(v_read, v_rank) WITH ORDINALITY AS o(id, rk, pos)
-          JOIN chunkyard_hits(v_read, ARRAY(SELECT p_scores[r.rk] FROM unnest(v_rank) WITH ORDINALITY AS r(rk, i)
-                                            ORDER BY r.i),
-                              p_with_parent, NULL) h ON h.chunk_id = o.id
+          JOIN chunkyard_hits(v_read, NULL, p_with_parent, NULL) h ON h.chunk_id = o.id
           JOIN chunks ch ON ch.id = o.id) x
     -- a section completed near the end of the budget is read only until the budget is spent
     WHERE p_budget IS NULL OR x.tokens_before < p_budget
