@@ -37,6 +37,11 @@ governing-law clause in the collection competes); 34 are plain questions. Answer
 `contracts-footers`: the same documents and questions with a page footer ("<title> | Page N") inserted at a
 paragraph break about every 3,000 characters (never inside an answer), as contracts converted from PDF
 carry; spans are shifted to match. Evaluate it as plain text (`default:as=text`) to take the headings away too.
+
+`contracts-plain`: the same documents and questions as plain-text agreements (`.txt` files): the front matter
+replaced by the title as the first line, and no markup (heading marks, bold, link targets, inline HTML and
+comments removed; a link keeps its text); spans are shifted to match. Their structure is what plain text
+has: title lines, numbered clauses, capitalised lines (README, "Headings in plain text").
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ SETS = {
     "fastapi-qa": ("fastapi-docs", "0.141.1", DATA / "fastapi-qa.jsonl", "CHUNKYARD_FASTAPI_DIR"),
     "contracts": ("contracts", "", DATA / "contracts-spans.jsonl", "CHUNKYARD_CONTRACTS_DIR"),
     "contracts-footers": ("contracts", "", DATA / "contracts-spans.jsonl", "CHUNKYARD_CONTRACTS_DIR"),
+    "contracts-plain": ("contracts", "", DATA / "contracts-spans.jsonl", "CHUNKYARD_CONTRACTS_DIR"),
 }
 NAMES = tuple(SETS)
 
@@ -124,6 +130,50 @@ def _records(name: str) -> list[dict]:
     return out
 
 
+#: Markdown that a plain-text agreement does not have (`contracts-plain`): front matter, comments, heading
+#: marks, bold and underline marks, link targets and inline HTML tags; each match -> what replaces it.
+_MARKUP = re.compile(
+    r"(?P<front>\A---\n(?:.*?\n)??title: (?P<title>[^\n]+)\n.*?---\n)"
+    r"|(?P<comment><!--.*?-->\n?)"
+    r"|^(?P<hashes>#{1,6} )"
+    r"|(?P<bold>\*\*|__)"
+    r"|\[(?P<link>[^\]\n]+)\]\([^)\n]*\)"
+    r"|(?P<tag></?span[^>]*>)",
+    re.M | re.S,
+)
+
+
+def _as_plain(text: str, spans: list[list]) -> tuple[str, dict[int, int]]:
+    """`text` as a plain-text agreement would read (its title as the first line, no markup), and the new
+    offset of every old offset that is a span boundary (one inside removed markup goes to where it was)."""
+    segs: list[tuple[int, int, str | None]] = []  # (old start, old end, replacement; None: kept as is)
+    prev = 0
+    for m in _MARKUP.finditer(text):
+        segs.append((prev, m.start(), None))
+        if m.group("link") is not None:  # "[text](target)" -> "text"
+            segs += [(m.start(), m.start("link"), ""), (m.start("link"), m.end("link"), None)]
+            segs.append((m.end("link"), m.end(), ""))
+        else:
+            title = m.group("title")
+            segs.append((m.start(), m.end(), title.strip().strip("'\"") + "\n\n" if title else ""))
+        prev = m.end()
+    segs.append((prev, len(text), None))
+    out, starts, at = [], [], 0
+    for a, b, rep in segs:
+        starts.append(at)
+        piece = text[a:b] if rep is None else rep
+        out.append(piece)
+        at += len(piece)
+
+    def moved(x: int) -> int:  # the first segment holding x (a kept one holds its end too)
+        for (a, b, rep), at in zip(segs, starts, strict=True):
+            if a <= x < b or (rep is None and x == b):
+                return at + (x - a) if rep is None else at
+        raise ValueError(x)
+
+    return "".join(out), {x: moved(x) for s, e, _ in spans for x in (s, e)}
+
+
 def _with_footers(cid: str, text: str, spans: list[list]) -> tuple[str, dict[int, int]]:
     """`text` with a footer at a paragraph break about every PAGE_CHARS characters outside `spans`, and the
     shift of every old offset that is a span boundary."""
@@ -168,6 +218,13 @@ def materialize(name: str, dest: Path | None = None) -> tuple[Path, Path]:
         for s, e, digest in rec["spans"]:
             if hashlib.sha256(texts[cid][s:e].encode()).hexdigest()[: len(digest)] != digest:
                 raise SystemExit(f"{name}: {cid}[{s}:{e}] changed; the set is for {src}")
+    if name == "contracts-plain":
+        for cid in list(texts):
+            spans = [sp for r in recs if r["corpus_id"] == cid for sp in r["spans"]]
+            texts[cid], shift = _as_plain(texts[cid], spans)
+            for r in recs:
+                if r["corpus_id"] == cid:
+                    r["spans"] = [[shift[s], shift[e], d] for s, e, d in r["spans"]]
     if name == "contracts-footers":
         for cid in list(texts):
             spans = [sp for r in recs if r["corpus_id"] == cid for sp in r["spans"]]
@@ -184,8 +241,9 @@ def materialize(name: str, dest: Path | None = None) -> tuple[Path, Path]:
         for p in sorted(src.glob("*.md")):
             shutil.copyfile(p, corpora / p.name)
     else:
+        ext = ".txt" if name == "contracts-plain" else ".md"  # plain text is read as plain text
         for cid, text in texts.items():
-            (corpora / f"{cid}.md").write_text(text, encoding="utf-8")
+            (corpora / f"{cid}{ext}").write_text(text, encoding="utf-8")
     questions = dest / "questions.jsonl"
     questions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return corpora, questions
