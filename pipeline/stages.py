@@ -123,12 +123,12 @@ def as_sources(b: Batch, paths: Sequence[str]) -> list[SourceFile]:
 
 
 def is_unchanged(old: StoredDocument | None, data: bytes, router: Router) -> bool:
-    """Same bytes and same chunk settings as stored: the one rule for skipping a file unparsed."""
+    """Same bytes, same chunk settings and parser as stored: the one rule for skipping a file unparsed."""
     return bool(
         old
         and not old.deleted
         and old.content_hash == sha256(data)
-        and old.chunk_key == router.fingerprint(old.doc_type)
+        and old.chunk_key == router.document_key(old.doc_type)
     )
 
 
@@ -204,7 +204,8 @@ def diff(b: Batch, parsed: Sequence[Parsed]) -> list[Work]:
             prev = old_sections.get(p.old.id, []) if p.old else []
             plan = plan_sections(p.doc, fps, prev)
             is_new = p.old is None or p.old.deleted
-            out.append(Work(p.doc, key, fps, plan, [s.id for s in prev], is_new))
+            doc_key = b.router.document_key(p.doc.doc_type)
+            out.append(Work(p.doc, doc_key, fps, plan, [s.id for s in prev], is_new))
     return out
 
 

@@ -192,6 +192,21 @@ def test_profile_change_rechunks_only_affected_types(corpus, settings, conn):
     assert max(sizes) <= 60
 
 
+def test_a_new_parser_version_reads_stored_files_again_and_keeps_what_did_not_change(corpus, settings, conn):
+    """A file stored by an older parser (its key without the parser's version) is read again once, though its
+    bytes are the same; sections that come out the same keep their chunks and embed nothing."""
+    ingest(corpus, settings)
+    ids = chunk_ids(conn)
+    (key,) = conn.execute("SELECT chunk_key FROM documents").fetchone()
+    assert key.endswith(":parse=2")  # markdown's parser is at version 2
+    conn.execute(r"UPDATE documents SET chunk_key = regexp_replace(chunk_key, ':parse=\d+$', '')")
+    c = ingest(corpus, settings)
+    assert c.get("documents_unchanged", 0) == 0 and c["documents_changed"] == 1
+    assert c["sections_rechunked"] == c["chunks_embedded"] == c["chunks_written"] == 0
+    assert chunk_ids(conn) == ids and conn.execute("SELECT chunk_key FROM documents").fetchone() == (key,)
+    assert ingest(corpus, settings)["documents_unchanged"] == 1
+
+
 def test_dry_run_writes_nothing(corpus, settings, conn):
     ingest(corpus, settings)
     (corpus / "animals.md").write_text(page(extra={"C": "Cuttlefish are not fish."}))

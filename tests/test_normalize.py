@@ -140,6 +140,131 @@ def test_chat_log_detected():
     assert normalize(_src("prose.txt"), b"Just prose.\n\nMore prose: with a colon.").doc_type == "text"
 
 
+_CONTRACT = """MASTER SERVICES AGREEMENT
+
+This Agreement is made between the Provider and the Customer, each a party, on the Effective Date.
+
+ARTICLE I
+DEFINITIONS
+
+1.1 Services. "Services" means the hosted software the Provider makes available under an Order Form,
+with its documentation, updates and support, as described in the Order Form and the service description.
+
+1.2 Fees. "Fees" means the amounts the Customer pays for the Services, as each Order Form states them,
+exclusive of taxes, which the Customer pays in addition unless it provides a valid exemption certificate.
+
+ARTICLE II
+TERM AND TERMINATION
+
+2.1 Term. This Agreement begins on the Effective Date and continues for one year, renewing each year
+after for another year unless either party gives notice of non-renewal at least sixty days before renewal.
+
+2.2 Termination for Convenience. Either party may end this Agreement on thirty days' written notice to
+the other; the Customer then pays the Fees for the Services delivered up to the day the termination takes effect.
+
+9. Governing Law and Jurisdiction. This Agreement is governed by the laws of the State of Delaware, and
+the courts there have exclusive jurisdiction over every dispute arising from it.
+"""
+
+
+def test_plain_text_headings_make_sections_with_a_heading_path():
+    """A plain-text agreement: its title line, ARTICLE lines (title on the next line), and numbered clauses
+    whose paragraph opens with their title become sections under a heading path, as markdown headings do."""
+    doc = normalize(_src("msa.txt"), _CONTRACT.encode())
+    assert doc.doc_type == "text" and doc.title == "MASTER SERVICES AGREEMENT"
+    paths = [s.heading_path for s in doc.sections]
+    top = "MASTER SERVICES AGREEMENT"
+    assert paths == [
+        (top,),
+        (top, "ARTICLE I DEFINITIONS"),
+        (top, "ARTICLE I DEFINITIONS", "1.1 Services"),
+        (top, "ARTICLE I DEFINITIONS", "1.2 Fees"),
+        (top, "ARTICLE II TERM AND TERMINATION"),
+        (top, "ARTICLE II TERM AND TERMINATION", "2.1 Term"),
+        (top, "ARTICLE II TERM AND TERMINATION", "2.2 Termination for Convenience"),
+        (top, "ARTICLE II TERM AND TERMINATION", "9. Governing Law and Jurisdiction"),
+    ]
+    law = doc.sections[-1]
+    assert doc.text[law.start : law.end].startswith("9. Governing Law and Jurisdiction. This Agreement")
+    assert doc.sections[2].parent == 1 and doc.sections[1].parent == 0
+    assert doc.text == _CONTRACT  # the text itself is untouched
+    for s in doc.sections:
+        body = doc.text[s.start : s.end]
+        assert body == body.strip() and body
+
+
+def test_plain_text_underlined_and_capitalised_lines_are_headings_prose_and_lists_are_not():
+    body = " ".join(["The tool reads every file in the folder and indexes it."] * 6)
+    readme = f"Usage\n=====\n\n{body}\n\nInstall\n-------\n\n{body}\n\nMaterials and Methods\n\n{body}\n"
+    doc = normalize(_src("readme.txt"), readme.encode())
+    assert [s.heading_path[-1] for s in doc.sections] == ["Usage", "Install", "Materials and Methods"]
+    assert doc.title == "Usage"
+    # short numbered lines are a list, not an outline: sections would be scraps, so there are none
+    todo = "\n\n".join(f"{i}. Buy item number {i}" for i in range(1, 9))
+    assert [s.heading_path for s in normalize(_src("todo.txt"), todo.encode()).sections] == [()]
+    # a speaker's label, a field with its value, a sentence: none is a heading
+    prose = f"AUDIENCE: Booo\n\n{body}\n\nEffective Date: May 1, 2025\n\n{body}\n\nThank you\n\n{body}\n"
+    doc = normalize(_src("speech.txt"), prose.encode())
+    assert [s.heading_path for s in doc.sections] == [()] and doc.title == ""
+    # page footers of a converted document: numbered lines that come back, and a source line
+    pages = "".join(
+        f"{body}\n\nACME Terms | Page {n}\n\n{body}\n\nSource: ACME CORP, 10-K, 4/13/2015\n\n" for n in (1, 2)
+    )
+    doc = normalize(_src("converted.txt"), pages.encode())
+    assert [s.heading_path for s in doc.sections] == [()]
+
+
+def test_markdown_without_headings_reads_plain_texts_headings_and_never_inside_a_fence():
+    """A .md file with no markdown heading is plain text saved as markdown: its plain-text headings make the
+    sections; a heading-like line inside a code fence is not one. A file with markdown headings keeps them."""
+    fenced = _CONTRACT.replace("ARTICLE II", "```\nARTICLE IX\nNOT A HEADING\n```\n\nARTICLE II")
+    doc = normalize(_src("msa.md"), fenced.encode())
+    titles = [s.heading_path[-1] for s in doc.sections]
+    assert titles[:2] == ["MASTER SERVICES AGREEMENT", "ARTICLE I DEFINITIONS"] and doc.title == titles[0]
+    assert "ARTICLE II TERM AND TERMINATION" in titles and not any("IX" in t for t in titles)
+    doc = normalize(_src("msa.md"), ("# Real Heading\n\n" + _CONTRACT).encode())
+    assert [s.heading_path for s in doc.sections] == [("Real Heading",)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "\n",
+                "\n\n",
+                "1. ",
+                "2.1 ",
+                "A. ",
+                "ARTICLE ",
+                "IV. ",
+                "Title Case Line",
+                "ALL CAPS",
+                "body text. ",
+                "x" * 95,
+                "Section 3",
+                "===",
+                "---",
+                ": ",
+                "é",
+                " ",
+            ]
+        ),  # fmt: skip
+        max_size=80,
+    )
+)
+def test_plain_text_headings_are_line_starts_in_order_on_any_text(parts):
+    from pipeline.parse.text import headings
+
+    text = "".join(parts)
+    title, heads = headings(text)
+    offsets = [h[0] for h in heads]
+    assert offsets == sorted(set(offsets)) and all(0 <= o < len(text) for o in offsets)
+    assert all(o == 0 or text[o - 1] in " \n" for o in offsets)
+    assert all(1 <= lvl <= 6 for _, lvl, _ in heads)
+    assert not title or (heads and heads[0][2] == title)
+
+
 def test_long_text_gets_content_defined_sections_robust_to_insertion():
     paras = [f"Paragraph {i} " + " ".join(f"word{i}x{j}" for j in range(60)) for i in range(120)]
     text = "\n\n".join(paras)

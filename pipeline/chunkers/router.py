@@ -40,3 +40,10 @@ class Router:
         """What, besides content, decides the chunks of this document type."""
         limit = "" if self.model_limit is None else f":limit={self.model_limit}"
         return f"{self.profile.fingerprint_for(doc_type)}:{self.model}{limit}"
+
+    def document_key(self, doc_type: str) -> str:
+        """The key stored with a document: `fingerprint` and the parser's version. A file stored under
+        another key is read again, even with the same bytes."""
+        from pipeline.parse import parser_key
+
+        return self.fingerprint(doc_type) + parser_key(doc_type)

@@ -53,24 +53,34 @@ class Parser:
     mime: str  # may name {language}: "text/x-{language}"
     fn: ParseFn | BinaryParseFn
     binary: bool = False  # fn takes the raw bytes (normalize skips decoding and cleanup)
+    version: int = 1  # raised when the parser reads the same file into other sections (see `parser_key`)
 
 
 _PARSERS: dict[str, Parser] = {}
 
 
-def parser(doc_type: str, *, mime: str, binary: bool = False) -> Callable[[Any], Any]:
+def parser(doc_type: str, *, mime: str, binary: bool = False, version: int = 1) -> Callable[[Any], Any]:
     """Register the decorated function as the parser of `doc_type`; `mime` may use {language}.
 
-    `binary=True`: the function is a `BinaryParseFn` and receives the file's bytes.
+    `binary=True`: the function is a `BinaryParseFn` and receives the file's bytes. `version`: raise it when
+    the parser starts reading files of its type differently, so stored ones are read again (`parser_key`).
     """
 
     def register(fn: Any) -> Any:
         if doc_type in _PARSERS:
             raise ValueError(f"document type {doc_type!r} already has a parser ({_PARSERS[doc_type].fn!r})")
-        _PARSERS[doc_type] = Parser(doc_type, mime, fn, binary)
+        _PARSERS[doc_type] = Parser(doc_type, mime, fn, binary, version)
         return fn
 
     return register
+
+
+def parser_key(doc_type: str) -> str:
+    """What a stored document's key adds for its parser: "" at version 1 (keys stored before versions stay
+    valid), else ":parse=N". A new version makes every stored file of the type be read again once; only
+    sections that come out different are chunked again (their fingerprints hold no parser version)."""
+    entry = _PARSERS.get(doc_type)
+    return f":parse={entry.version}" if entry is not None and entry.version > 1 else ""
 
 
 def registered() -> dict[str, Parser]:

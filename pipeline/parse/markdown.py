@@ -1,4 +1,5 @@
-"""Markdown: ATX/setext headings make the section tree; fences, tables and HTML blocks are atomic."""
+"""Markdown: ATX/setext headings make the section tree (plain text's headings where there are none);
+fences, tables and HTML blocks are atomic."""
 
 from __future__ import annotations
 
@@ -26,6 +27,12 @@ def parse_markdown(text: str) -> tuple[list[Section], str]:
             heads.append((lines.offset(tok.map[0]), int(tok.tag[1]), title))
         elif tok.type in ("fence", "code_block", "table_open", "html_block") and tok.map:
             atomic.append((lines.offset(tok.map[0]), _rstrip_to(text, lines.offset(tok.map[1]))))
+    if not heads:  # no markdown heading: plain text saved as .md, its headings are plain text's
+        from pipeline.parse.text import headings
+
+        title, found = headings(text)
+        heads = [h for h in found if not any(a <= h[0] < b for a, b in atomic)]
+        return heading_sections(text, heads, atomic), title if heads and heads[0][2] == title else ""
     sections = heading_sections(text, heads, atomic)
     # The title is an H1 that is the first heading, near the top (a badge line may precede it). An H1 deep in
     # the text (in a file that is not really markdown, a paragraph underlined by a stray "=") would otherwise
@@ -34,7 +41,7 @@ def parse_markdown(text: str) -> tuple[list[Section], str]:
     return sections, doc_title
 
 
-@parser("markdown", mime="text/markdown")
+@parser("markdown", mime="text/markdown", version=2)  # 2: plain-text headings without markdown ones
 def _parse(text: str, *, language: str | None, filename: str) -> Parsed:
     """The registered form of parse_markdown: the text is kept as it is."""
     sections, title = parse_markdown(text)
