@@ -42,6 +42,12 @@ carry; spans are shifted to match. Evaluate it as plain text (`default:as=text`)
 replaced by the title as the first line, and no markup (heading marks, bold, link targets, inline HTML and
 comments removed; a link keeps its text); spans are shifted to match. Their structure is what plain text
 has: title lines, numbered clauses, capitalised lines (README, "Headings in plain text").
+
+`licenses` (`bench/data/licenses-spans.jsonl`): 24 questions written for this repository over four license
+texts as Debian ships them in /usr/share/common-licenses (Apache-2.0, GPL-3, MPL-2.0, LGPL-2.1; set
+$CHUNKYARD_LICENSES_DIR to that folder), plain text with numbered sections. The questions were written
+after the plain-text heading rules and never used to tune them: a check of those rules on documents they
+were not written from. Answers are whole clauses or paragraphs (median about 400 characters).
 """
 
 from __future__ import annotations
@@ -66,8 +72,12 @@ SETS = {
     "contracts": ("contracts", "", DATA / "contracts-spans.jsonl", "CHUNKYARD_CONTRACTS_DIR"),
     "contracts-footers": ("contracts", "", DATA / "contracts-spans.jsonl", "CHUNKYARD_CONTRACTS_DIR"),
     "contracts-plain": ("contracts", "", DATA / "contracts-spans.jsonl", "CHUNKYARD_CONTRACTS_DIR"),
+    "licenses": ("licenses", "", DATA / "licenses-spans.jsonl", "CHUNKYARD_LICENSES_DIR"),
 }
 NAMES = tuple(SETS)
+
+#: Sets whose documents are plain text (written as .txt, so the pipeline reads them as such).
+PLAIN = {"contracts-plain", "licenses"}
 
 #: The contracts' documents: corpus id -> (repository, commit, path). Licences in the docstring.
 _SP = ("github/site-policy", "12992597c5d9d8cfc006693c54b9609d9993bc99")
@@ -241,7 +251,7 @@ def materialize(name: str, dest: Path | None = None) -> tuple[Path, Path]:
         for p in sorted(src.glob("*.md")):
             shutil.copyfile(p, corpora / p.name)
     else:
-        ext = ".txt" if name == "contracts-plain" else ".md"  # plain text is read as plain text
+        ext = ".txt" if name in PLAIN else ".md"  # plain text is read as plain text
         for cid, text in texts.items():
             (corpora / f"{cid}{ext}").write_text(text, encoding="utf-8")
     questions = dest / "questions.jsonl"
