@@ -3,6 +3,8 @@ fences, tables and HTML blocks are atomic."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from pipeline.model import Section, Span
 from pipeline.parse import Parsed, parser
 from pipeline.parse.sections import Head, Lines, heading_sections
@@ -31,7 +33,8 @@ def parse_markdown(text: str) -> tuple[list[Section], str]:
         from pipeline.parse.text import headings
 
         title, found = headings(text)
-        heads = [h for h in found if not any(a <= h[0] < b for a, b in atomic)]
+        starts = [a for a, _ in atomic]  # in document order, never overlapping
+        heads = [h for h in found if (i := bisect_right(starts, h[0]) - 1) < 0 or h[0] >= atomic[i][1]]
         return heading_sections(text, heads, atomic), title if heads and heads[0][2] == title else ""
     sections = heading_sections(text, heads, atomic)
     # The title is an H1 that is the first heading, near the top (a badge line may precede it). An H1 deep in
