@@ -203,7 +203,7 @@ def test_plain_text_underlined_and_capitalised_lines_are_headings_prose_and_list
     todo = "\n\n".join(f"{i}. Buy item number {i}" for i in range(1, 9))
     assert [s.heading_path for s in normalize(_src("todo.txt"), todo.encode()).sections] == [()]
     # a speaker's label, a field with its value, a sentence: none is a heading
-    prose = f"AUDIENCE: Booo\n\n{body}\n\nEffective Date: May 1, 2025\n\n{body}\n\nThank you\n\n{body}\n"
+    prose = f"AUDIENCE: Booo\n\n{body}\n\nEffective Date: May 1, 2025\n\n{body}\n\nThank you\n\n{body}\n\nName: John Smith\n\n{body}\n"
     doc = normalize(_src("speech.txt"), prose.encode())
     assert [s.heading_path for s in doc.sections] == [()] and doc.title == ""
     # page footers of a converted document: numbered lines that come back, and a source line

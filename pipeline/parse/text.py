@@ -72,12 +72,17 @@ def _titled(title: str) -> bool:
 
 def _plain_title(line: str) -> bool:
     """An unnumbered line that reads as a title: capitalised, ending on a letter or digit, and not a label
-    with a value ("Effective Date: May 1", "AUDIENCE: Booo", "Source: ACME CORP, 10-K") unless what follows
-    the colon is a title too (with no number)."""
+    with a value ("Effective Date: May 1", "AUDIENCE: Booo", "Name: John Smith", "Source: ACME CORP, 10-K")
+    unless it is a title with a subtitle: two words or more before the colon, a title with no number after."""
     if not (line[:1].isalnum() and line[-1:].isalnum() and _titled(line)):
         return False
-    _, colon, tail = line.partition(": ")
-    return not colon or (_titled(tail) and len(_WORD.findall(tail)) >= 2 and not _DIGITS.search(tail))
+    label, colon, tail = line.partition(": ")
+    return not colon or (
+        len(label.split()) >= 2
+        and _titled(tail)
+        and len(_WORD.findall(tail)) >= 2
+        and not _DIGITS.search(tail)
+    )
 
 
 def _sentence_title(title: str) -> bool:
