@@ -60,6 +60,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -210,6 +211,13 @@ def _with_footers(cid: str, text: str, spans: list[list]) -> tuple[str, dict[int
     return "".join(pieces), shift
 
 
+#: Sets whose documents are rewritten from the originals: (corpus id, text, spans) -> (text, new offsets).
+REWRITES: dict[str, Callable[[str, str, list[list]], tuple[str, dict[int, int]]]] = {
+    "contracts-footers": _with_footers,
+    "contracts-plain": lambda cid, text, spans: _as_plain(text, spans),
+}
+
+
 def materialize(name: str, dest: Path | None = None) -> tuple[Path, Path]:
     """A corpora folder and a questions JSONL (Chroma's fields) for `name`, built in a temporary folder."""
     src = source_dir(name)
@@ -228,17 +236,11 @@ def materialize(name: str, dest: Path | None = None) -> tuple[Path, Path]:
         for s, e, digest in rec["spans"]:
             if hashlib.sha256(texts[cid][s:e].encode()).hexdigest()[: len(digest)] != digest:
                 raise SystemExit(f"{name}: {cid}[{s}:{e}] changed; the set is for {src}")
-    if name == "contracts-plain":
+    rewrite = REWRITES.get(name)
+    if rewrite is not None:  # each document rewritten, its spans moved with it
         for cid in list(texts):
             spans = [sp for r in recs if r["corpus_id"] == cid for sp in r["spans"]]
-            texts[cid], shift = _as_plain(texts[cid], spans)
-            for r in recs:
-                if r["corpus_id"] == cid:
-                    r["spans"] = [[shift[s], shift[e], d] for s, e, d in r["spans"]]
-    if name == "contracts-footers":
-        for cid in list(texts):
-            spans = [sp for r in recs if r["corpus_id"] == cid for sp in r["spans"]]
-            texts[cid], shift = _with_footers(cid, texts[cid], spans)
+            texts[cid], shift = rewrite(cid, texts[cid], spans)
             for r in recs:
                 if r["corpus_id"] == cid:
                     r["spans"] = [[shift[s], shift[e], d] for s, e, d in r["spans"]]
