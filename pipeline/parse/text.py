@@ -115,7 +115,8 @@ def _candidates(text: str) -> list[tuple[int, str, str, int]]:
             continue
         off = start + line.index(s)
         alone = not nxt  # the paragraph is this one line
-        if len(s) <= MAX_CHARS and (m := _KEYWORD.match(s)):
+        short = len(s) <= MAX_CHARS
+        if short and (m := _KEYWORD.match(s)):
             title = m.group("title") or ""
             if not title and nxt and len(nxt) <= MAX_CHARS and _titled(nxt):  # ARTICLE II / DEFINITIONS
                 title = nxt
@@ -123,7 +124,7 @@ def _candidates(text: str) -> list[tuple[int, str, str, int]]:
                 kw = m.group("kw")
                 out.append((off, "keyword", f"{kw} {m.group('knum')} {title}".strip(), _KEYWORDS[kw.lower()]))
             continue
-        m = _NUMBERED.fullmatch(s) if alone and len(s) <= MAX_CHARS else _INLINE.match(s)
+        m = _NUMBERED.fullmatch(s) if alone and short else _INLINE.match(s)
         # a short numbered line alone is a heading in sentence case too ("2. Pictures and videos")
         if m and (
             _titled(m.group("title")) or alone and _sentence_title(s.removeprefix(m.group("num")).strip())
@@ -131,7 +132,7 @@ def _candidates(text: str) -> list[tuple[int, str, str, int]]:
             num = m.group("num")
             depth = 0 if not num[0].isdigit() else num.rstrip(".").count(".") + 1
             out.append((off, "numbered", f"{num} {m.group('title')}", depth))
-        elif alone and len(s) <= MAX_CHARS and _plain_title(s.rstrip(":")):
+        elif alone and short and _plain_title(s.rstrip(":")):
             out.append((off, "plain", s.rstrip(":"), 1))
     return out
 
@@ -168,15 +169,13 @@ def headings(text: str) -> tuple[str, list[Head]]:
     title = ""
     if found[0][0] == len(text) - len(text.lstrip()) and found[0][1] in ("plain", "underline"):
         title = found[0][2]
-    rest = found[1:] if title else found  # the title line ranks above all others
+    own: list[Head] = [(found[0][0], 1, title)] if title else []  # the title line ranks above all others
+    rest = found[len(own) :]
     present = [k for k in _RANKS if k in {_kind(form, depth) for _, form, _, depth in rest}]
-    base = 1 if title else 0
-    heads: list[Head] = [(found[0][0], 1, title)] if title else []
+    body: list[Head] = []
     for off, form, name, depth in rest:
         nested = depth - 1 if form == "numbered" and depth > 1 else 0  # 1.2 one level under 1
-        heads.append((off, min(6, base + present.index(_kind(form, depth)) + 1 + nested), name))
-    own = heads[:1] if title else []  # the title line: a heading above all others
-    body = heads[len(own) :]
+        body.append((off, min(6, len(own) + present.index(_kind(form, depth)) + 1 + nested), name))
     if len(body) < 2:
         return title, own
     # what the headings hold: the text of each one that no deeper heading follows at once (ARTICLE II
@@ -185,4 +184,4 @@ def headings(text: str) -> tuple[str, list[Head]]:
     leaves = [nxt[0] - h[0] for h, nxt in zip(body, after, strict=True) if nxt[1] <= h[1]]
     if statistics.median(leaves) < MIN_SECTION_CHARS:
         return title, own
-    return title, heads
+    return title, own + body
