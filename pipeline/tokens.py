@@ -237,7 +237,6 @@ class _AsciiWordPieces:
         self._words = re.compile(
             r"[a-z0-9]+|[!-/:-@\[-`{-~]" if lowercase else r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]"
         )
-        self._words_or_end = re.compile(self._words.pattern + "|\x00")  # `count_many`'s text ends
         self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
         # ASCII added tokens are found without lowercasing the text: ignoring case matches every text whose
         # lowercase holds one (and a few more, such as the Kelvin sign for "k": those go to the tokenizer)
@@ -297,27 +296,6 @@ class _AsciiWordPieces:
                 c = memo[w] = self._word(w)
             n += c
         return n
-
-    def count_many(self, texts: Sequence[str]) -> list[int]:
-        """`count` of each text (all handled), in one pass over their words: one lowercasing and one
-        word search for all of them, and no call per text (the span index counts thousands at once)."""
-        if not texts:
-            return []
-        joined = "\x00".join(texts)  # no text holds NUL (not printable ASCII): it only marks the ends
-        memo, word, out, n = self._memo, self._word, [], 0
-        if len(memo) >= self._MEMO_LIMIT:
-            memo.clear()
-        for w in self._words_or_end.findall(joined.lower() if self._lower else joined):
-            if w == "\x00":
-                out.append(n)
-                n = 0
-                continue
-            c = memo.get(w)
-            if c is None:
-                c = memo[w] = word(w)
-            n += c
-        out.append(n)
-        return out
 
     def _word(self, w: str) -> int:
         size = len(w)
@@ -540,8 +518,8 @@ class SpanIndexer:
 
         Most groups are two or three printable-ASCII tokens (a long word, a year), and a corpus repeats
         them: those are keyed by their token ids (a group's text is its tokens' bytes) and each distinct
-        one is counted once, the new ones all in one call (`_AsciiWordPieces.count_many`); the others by
-        their text (`ModelCounter.count_fast`). Both memos persist (bounded)."""
+        one is counted once, the others by their text (`ModelCounter.count_fast`). Both memos persist
+        (bounded)."""
         np = self._np
         n_groups = len(starts)
         vals = np.empty(n_groups, np.int64)
@@ -555,7 +533,7 @@ class SpanIndexer:
             by_ids.clear()
         py = self._model._py
         assert py is not None
-        py_count_many, count_fast = py.count_many, self._model.count_fast
+        py_count, count_fast = py.count, self._model.count_fast
         g = np.flatnonzero(keyed)
         if len(g):
             s, z = starts[g], size[g]
@@ -564,14 +542,12 @@ class SpanIndexer:
             key |= np.where(z >= 2, ids[np.minimum(s + 1, last)].astype(np.int64) + 1, 0) << 21
             key |= np.where(z >= 3, ids[np.minimum(s + 2, last)].astype(np.int64) + 1, 0)
             uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-            keys = uniq.tolist()
-            got = [by_ids.get(k) for k in keys]
-            new = [u for u, c in enumerate(got) if c is None]
-            if new:  # printable ASCII: `count_fast` less its test for added tokens (none here), all at once
-                f = g[first[new]]
-                texts = [text[x:y] for x, y in zip(lo[f].tolist(), hi[f].tolist(), strict=True)]
-                for u, c in zip(new, py_count_many(texts), strict=True):
-                    got[u] = by_ids[keys[u]] = c
+            got = []
+            for k, f in zip(uniq.tolist(), g[first].tolist(), strict=True):
+                c = by_ids.get(k)
+                if c is None:  # printable ASCII: `count_fast` less its test for added tokens (none here)
+                    c = by_ids[k] = py_count(text[lo[f] : hi[f]])
+                got.append(c)
             vals[g] = np.array(got, np.int64)[inverse.reshape(-1)]
         rest = np.flatnonzero(~keyed)
         for r, x, y in zip(rest.tolist(), lo[rest].tolist(), hi[rest].tolist(), strict=True):
