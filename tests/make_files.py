@@ -177,3 +177,35 @@ def zip_of(files: dict[str, bytes]) -> bytes:
         for name, data in files.items():
             zf.writestr(name, data)
     return buf.getvalue()
+
+
+def image_pdf(width: int, height: int, *, layers: int = 1, text: str = "A page with a blank background.") -> bytes:
+    """One page: a line of text over a white grayscale image XObject of width x height pixels, its bytes
+    Flate-compressed `layers` times (/Filter [/FlateDecode ...]): a blank A4 scan at 300 dpi is 2480 x 3508."""
+    pixels = b"\xff" * (width * height)
+    for _ in range(layers):
+        pixels = zlib.compress(pixels, 9)
+    flt = b"/FlateDecode" if layers == 1 else b"[" + b" ".join([b"/FlateDecode"] * layers) + b"]"
+    content = b"q 595 0 0 842 0 0 cm /Im1 Do Q BT /F1 12 Tf 72 760 Td %s Tj ET\n" % _pdf_string(text)
+    objs = {
+        1: b"<< /Type /Catalog /Pages 2 0 R >>",
+        2: b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        3: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Resources << /Font << /F1 4 0 R >> "
+        b"/XObject << /Im1 5 0 R >> >> /Contents 6 0 R >>",
+        4: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+        5: b"<< /Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceGray /BitsPerComponent 8 "
+        b"/Filter %s /Length %d >>\nstream\n%s\nendstream" % (width, height, flt, len(pixels), pixels),
+        6: b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+    }
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = {}
+    for num in sorted(objs):
+        offsets[num] = out.tell()
+        out.write(b"%d 0 obj\n%s\nendobj\n" % (num, objs[num]))
+    xref = out.tell()
+    out.write(b"xref\n0 7\n0000000000 65535 f \n")
+    for num in range(1, 7):
+        out.write(b"%010d 00000 n \n" % offsets[num])
+    out.write(b"trailer\n<< /Size 7 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref)
+    return out.getvalue()

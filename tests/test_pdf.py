@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
-from make_files import paragraph, scanned_pdf, text_pdf
+from make_files import image_pdf, paragraph, scanned_pdf, text_pdf
 
 from pipeline.chunkers.router import Router
 from pipeline.config import Profile
@@ -14,6 +15,7 @@ from pipeline.ingest import run_ingest
 from pipeline.model import Document
 from pipeline.normalize import normalize
 from pipeline.parse import pdf_ocr
+from pipeline.parse.pdf import check_inflated
 from pipeline.sources import SourceFile, source_uri
 
 BENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "pdf"
@@ -219,3 +221,54 @@ def test_golden_encrypted_file_opens_with_its_password(monkeypatch):
         _doc(path)
     monkeypatch.setenv("CHUNKYARD_PDF_PASSWORDS", "openpassword")
     assert _doc(path).text.strip()
+
+
+def _returns(fn, seconds: float = 300):
+    """fn's result, called in a thread: a hang fails the test instead of stopping the suite."""
+    out: dict = {}
+
+    def call() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # re-raised in the test's thread
+            out["error"] = exc
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"{fn} did not return within {seconds} s"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_a_blank_scan_background_is_inflated_to_its_end_and_ingested(tmp_path, settings):
+    # a valid 9 KB page over a blank A4 300-dpi image: its stream inflates 1000:1 and ends inside the read
+    # window, which used to spin check_inflated forever (the stream's end fed again and again)
+    data = image_pdf(2480, 3508)
+    assert len(data) < 16_000
+    assert _returns(lambda: check_inflated(data, "bg.pdf", limit_mb=1024)) == 2480 * 3508
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _write(folder, "bg.pdf", data)
+    _write(folder, "good.pdf", text_pdf([paragraph(LOREM)]))
+    stats = _returns(lambda: run_ingest([folder], settings=settings).stats)
+    assert not stats.errors and stats.counts["documents_new"] == 2
+
+
+def test_the_bomb_limit_counts_every_flate_layer(tmp_path, settings, monkeypatch):
+    # 100 MiB of pixels compressed twice is about a kilobyte: the limit is on what all layers inflate to
+    nested, single = image_pdf(10_000, 10_000, layers=2), image_pdf(10_000, 10_000)
+    assert len(nested) < 4_000
+    for data in (nested, single):
+        with pytest.raises(InputError, match="inflate to over 10 MiB"):
+            _returns(lambda data=data: check_inflated(data, "bomb.pdf", limit_mb=10))
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _write(folder, "nested.pdf", nested)
+    _write(folder, "good.pdf", text_pdf([paragraph(LOREM)]))
+    monkeypatch.setenv("CHUNKYARD_PDF_MAX_DECOMPRESSED_MB", "10")
+    stats = run_ingest([folder], settings=settings).stats
+    errors = {Path(u).name: msg for u, _stage, msg in stats.errors}
+    assert set(errors) == {"nested.pdf"} and "possible PDF bomb" in errors["nested.pdf"]
+    assert stats.counts["documents_new"] == 1

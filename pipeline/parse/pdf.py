@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,29 +88,74 @@ def open_pdf(data: bytes, filename: str, candidates: list[str]) -> Any:
 
 
 _STREAM = re.compile(rb"(?<!end)stream\r?\n")
+#: The stream's /Filter entry in the dictionary before it: a name or an array of names.
+_FILTER = re.compile(rb"/Filter\s*(\[[^\]]*\]|/[A-Za-z0-9]+)")
+_NAME = re.compile(rb"/([A-Za-z0-9]+)")
+#: How far before `stream` its dictionary is looked for, and how much input is inflated per step.
+_DICT_WINDOW = 4096
+_STEP = 2**16
+_OUT_STEP = 2**20
 
 
 def check_inflated(data: bytes, filename: str, *, limit_mb: int) -> int:
-    """Inflate every Flate stream without keeping it; refuse the file past the limit (a PDF bomb)."""
+    """Inflate every Flate stream, through each of its Flate layers, without keeping it; refuse the file
+    when their output together passes the limit (a PDF bomb). Memory stays at about a megabyte a layer,
+    and every step consumes input or ends the stream, so no stream can keep it looping."""
     limit = limit_mb * 2**20
     total = 0
     for m in _STREAM.finditer(data):
-        z = zlib.decompressobj()
-        pos = m.end()
+        layers = _flate_layers(data[max(0, m.start() - _DICT_WINDOW) : m.start()])
+        if not layers:
+            continue
+        chunks: Iterator[bytes] = (data[p : p + _STEP] for p in range(m.end(), len(data), _STEP))
+        for _ in range(layers):
+            chunks = _inflate(chunks)
         try:
-            while not z.eof and pos < len(data) and total <= limit:
-                chunk, pos = data[pos : pos + 2**16], pos + 2**16
-                while chunk and total <= limit:
-                    total += len(z.decompress(chunk, 2**20))
-                    chunk = z.unconsumed_tail
+            for out in chunks:
+                total += len(out)
+                if total > limit:
+                    raise InputError(
+                        filename, f"PDF streams inflate to over {limit_mb} MiB (CHUNKYARD_PDF_MAX_DECOMPRESSED_MB); "
+                        "refused as a possible PDF bomb"
+                    )  # fmt: skip
         except zlib.error:
-            pass  # not Flate (an image, an encrypted stream): PDFium decides
-        if total > limit:
-            raise InputError(
-                filename, f"PDF streams inflate to over {limit_mb} MiB (CHUNKYARD_PDF_MAX_DECOMPRESSED_MB); "
-                "refused as a possible PDF bomb"
-            )  # fmt: skip
+            pass  # not Flate after all (an image, an encrypted stream): PDFium decides
     return total
+
+
+def _flate_layers(before: bytes) -> int:
+    """How many Flate layers the stream's filter chain starts with (1 when no /Filter is seen: tried)."""
+    head = before[before.rfind(b"obj") + 3 :] if b"obj" in before else before
+    found = list(_FILTER.finditer(head))
+    if not found:
+        return 1
+    names = _NAME.findall(found[-1].group(1))
+    n = 0
+    for name in names:
+        if name not in (b"FlateDecode", b"Fl"):
+            break
+        n += 1
+    return n
+
+
+def _inflate(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Inflate a stream fed in pieces, yielding at most a megabyte at a time; stops at the stream's end
+    (the bytes after it, `endstream` and the rest of the file, are never fed again)."""
+    z = zlib.decompressobj()
+    for chunk in chunks:
+        while chunk and not z.eof:
+            out = z.decompress(chunk, _OUT_STEP)
+            rest = z.unconsumed_tail
+            if out:
+                yield out
+            elif len(rest) >= len(chunk):
+                return  # neither output nor input consumed: a stream that goes nowhere
+            chunk = rest
+        if z.eof:
+            return
+    tail = z.flush()
+    if tail:
+        yield tail
 
 
 # ------------------------------------------------------------------------------------------ pages
