@@ -1,6 +1,6 @@
 """Chunk quality per run: measured in SQL at the end of a run, kept in `runs.quality`, compared run to run.
 
-The figures (sql/functions/quality.sql) are counts over the collection's live chunks, per document type and
+The figures (sql/functions/30_quality.sql) are counts over the collection's live chunks, per document type and
 for 'all'; this module holds their thresholds, writes them, and compares a run with the one before it,
 flagging the shifts an operator should look at (`chunkyard status --quality`, the view chunkyard_run_quality).
 """

@@ -2,7 +2,7 @@
 
 The active set is what search reads and ingest writes; a building set is filled by a model switch
 (`chunkyard reindex --model`) while the active one serves, and replaces it in one transaction.
-The DDL (a set's partition, its HNSW index, dropping it) is in sql/functions/embedding_sets.sql.
+The DDL (a set's partition, its HNSW index, dropping it) is in sql/functions/10_embedding_sets.sql.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 -- A new set of a collection, with its partition (RLS policies as the parent's) and, unless p_index is false
 -- (a set about to be bulk-filled), its HNSW index. SECURITY DEFINER: the pipeline's writer role creates a
--- collection's set without holding DDL rights itself.
+-- collection's set without holding DDL rights itself (its search_path is pinned by 90_definers.sql).
 CREATE OR REPLACE FUNCTION chunkyard_create_embedding_set(
     p_collection_id  bigint,
     p_model          text,
@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION chunkyard_create_embedding_set(
     p_run_id         bigint DEFAULT NULL,
     p_index          boolean DEFAULT true
 ) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 AS $$
 DECLARE
     v_set  bigint;
@@ -46,10 +46,11 @@ $$;
 
 -- Build (p_build) or drop the HNSW index of a set's partition: a bulk load drops it and builds it once after.
 CREATE OR REPLACE FUNCTION chunkyard_vector_index(p_set_id bigint, p_build boolean) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 AS $$
 DECLARE
     v_dim  integer;
+    v_ext  text;
     v_tab  text := 'chunk_vectors_' || p_set_id;
 BEGIN
     SELECT s.dim INTO v_dim FROM embedding_sets s WHERE s.id = p_set_id;
@@ -57,8 +58,10 @@ BEGIN
         RETURN false;
     END IF;
     IF p_build THEN
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I USING hnsw ((embedding::vector(%s)) vector_cosine_ops)',
-                       v_tab || '_hnsw', v_tab, v_dim);
+        -- the vector type and operator class named in the extension's own schema (not on the pinned path)
+        SELECT e.extnamespace::regnamespace::text INTO v_ext FROM pg_extension e WHERE e.extname = 'vector';
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I USING hnsw ((embedding::%s.vector(%s)) %s.vector_cosine_ops)',
+                       v_tab || '_hnsw', v_tab, v_ext, v_dim, v_ext);
     ELSE
         EXECUTE format('DROP INDEX IF EXISTS %I', v_tab || '_hnsw');
     END IF;
@@ -71,7 +74,7 @@ $$;
 -- collection's next run drops it.
 CREATE OR REPLACE FUNCTION chunkyard_drop_embedding_set(p_set_id bigint, p_lock_timeout text DEFAULT '2s')
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 AS $$
 BEGIN
     IF (SELECT s.status FROM embedding_sets s WHERE s.id = p_set_id) = 'active' THEN
