@@ -1,7 +1,7 @@
 """Faults, races and hostile input against the real CLI and a real Postgres; prints a table of cases.
 
     python bench/faults.py                      # everything: bad inputs, 50 SIGKILLs, restarts, concurrency
-    python bench/faults.py --kills 10 --restarts 2 --only bad,kill,restart,concurrent,fence
+    python bench/faults.py --kills 10 --restarts 2 --only bad,kill,restart,concurrent,fence,security
 
 Never part of the test suite (minutes of model loads). Each case runs `chunkyard ingest --no-prefect` (or
 the flow with --prefect-kills) in a subprocess against its own database on a throwaway embedded server,
@@ -453,13 +453,90 @@ def fence_growth(bench: Bench) -> None:
     )
 
 
+def security(bench: Bench) -> None:
+    """The pg_temp hijacks and the cross-tenant reads, played as an outsider, a reader and a writer against
+    two ingested collections under row-level security; the tables are checked whole after them."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    url = bench.create_db("sec")
+    for name, animal in (("a", "pelicans"), ("b", "walruses")):
+        d = bench.tmp / "sec" / name
+        d.mkdir(parents=True)
+        (d / f"{animal}.md").write_text(f"# {animal.title()}\n\nA note about {animal} and their habits.\n")
+        code, _, err = run_cli(url, "ingest", str(d), "--no-prefect", "-c", name)
+        if code != 0:
+            bench.record("security", f"ingest {name}", False, time.perf_counter(), err[-200:])
+            return
+    before = snapshot(url)
+    roles = {k: f"cy_faults_{k}_{os.getpid()}" for k in ("outsider", "reader", "writer")}
+    evil = ("CREATE FUNCTION pg_temp.evil() RETURNS bigint LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'hijacked: ran as %', current_user; END $$")  # fmt: skip
+    with psycopg.connect(url, autocommit=True) as c:
+        for kind, role in roles.items():
+            c.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+            c.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+            if kind != "outsider":
+                c.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(f"chunkyard_{kind}"), sql.Identifier(role)))
+        c.execute("SELECT chunkyard_grant('a', %s)", (roles["reader"],))
+        c.execute("SELECT chunkyard_enable_rls()")
+        set_id = c.execute("SELECT min(id) FROM embedding_sets").fetchone()[0]
+
+    def as_role(kind: str) -> psycopg.Connection:
+        d = conninfo_to_dict(url)
+        d["user"] = roles[kind]
+        return psycopg.connect(make_conninfo(**d), autocommit=True)
+
+    def attempt(kind: str, case: str, steps: list[str], check: Callable[[psycopg.Connection], bool]) -> None:
+        t0 = time.perf_counter()
+        try:
+            with as_role(kind) as c:
+                for q in steps:
+                    c.execute(q)
+                ok, detail = check(c), ""
+        except psycopg.errors.InsufficientPrivilege as exc:
+            ok, detail = True, f"refused: {str(exc).strip()[:60]}"
+        except psycopg.Error as exc:
+            ok, detail = False, str(exc).strip().splitlines()[0]
+        bench.record("security", f"{kind}: {case}", ok, t0, detail)
+
+    def rows(q: str) -> Callable[[psycopg.Connection], set]:
+        return lambda c: {r[0] for r in c.execute(q)}
+
+    reader_sees_a = rows("SELECT name FROM collections")
+    attempt("reader", "temp collection_readers widens RLS",
+            ["CREATE TEMP TABLE collection_readers (collection_id bigint, role_name name)",
+             "INSERT INTO collection_readers SELECT g, session_user FROM generate_series(1, 100) g"],
+            lambda c: reader_sees_a(c) == {"a"})  # fmt: skip
+    hijack = [evil, "CREATE TEMP VIEW collection_readers AS SELECT pg_temp.evil() AS collection_id, "
+              "session_user AS role_name", "SELECT chunkyard_readable_collections()"]  # fmt: skip
+    for kind in ("outsider", "reader"):
+        attempt(kind, "temp view runs code as the owner", hijack, lambda c: True)
+    attempt("writer", "temp embedding_sets in chunkyard_vector_index",
+            [evil, "CREATE TEMP VIEW embedding_sets AS SELECT id, pg_temp.evil()::integer AS dim "
+             "FROM generate_series(1, 1000) id", f"SELECT chunkyard_vector_index({set_id}, true)"],
+            lambda c: True)  # fmt: skip
+    attempt("reader", "embedding_cache of other tenants", [], lambda c: not c.execute(
+        "SELECT 1 FROM embedding_cache LIMIT 1").fetchall())  # fmt: skip
+    attempt("outsider", "reads chunks", [], lambda c: not c.execute("SELECT 1 FROM chunks LIMIT 1").fetchall())
+    t0 = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("SELECT chunkyard_disable_rls()")
+        for role in roles.values():
+            c.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            c.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    diff = compare(snapshot(url), before)
+    bench.record("security", "tables unchanged after the attacks", not diff, t0, diff)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=50)
     ap.add_argument("--prefect-kills", type=int, default=3, help="kills of the Prefect path (slower)")
     ap.add_argument("--restarts", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--only", default="bad,fence,kill,restart,concurrent")
+    ap.add_argument("--only", default="bad,fence,security,kill,restart,concurrent")
     args = ap.parse_args()
     only = set(args.only.split(","))
     os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
@@ -475,6 +552,8 @@ def main() -> None:
             bad_inputs(bench)
         if "fence" in only:
             fence_growth(bench)
+        if "security" in only:
+            security(bench)
         if only & {"kill", "restart", "concurrent"}:
             work, _, ref, clean = prepare_incremental(bench)
             print(f"  uninterrupted incremental run: {clean:.1f} s", flush=True)
