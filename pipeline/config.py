@@ -148,7 +148,7 @@ class SentenceConfig(_Chunker):
 
     kind: Literal["sentence"] = "sentence"
     overlap: int = Field(default=0, ge=0, description="Sentences repeated at the start of the next chunk.")
-    language: str = "en"
+    language: str = Field(default="auto", description="Sentences in this language; 'auto': the section's own.")
 
 
 class SemanticConfig(_Chunker):
@@ -161,7 +161,7 @@ class SemanticConfig(_Chunker):
     min_size: int = Field(
         default=32, ge=0, description="Pieces smaller than this are merged into a neighbour."
     )
-    language: str = "en"
+    language: str = Field(default="auto", description="Sentences in this language; 'auto': the section's own.")
 
 
 class MarkdownConfig(RecursiveConfig):
@@ -242,6 +242,29 @@ class Profile(BaseModel):
         ge=64,
         description="Sections longer than this (cl100k) are cut into content-defined sub-sections.",
     )
+    language: str = Field(
+        default="auto",
+        description="The documents' language (ISO 639-1: 'de', 'da', 'zh', ...) for full-text search and "
+        "sentences; 'auto' detects it per document, and per section where a document mixes languages.",
+    )
+    languages: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per-source languages: a glob on the path or file name -> a code or 'auto' ('*.de.md' = 'de').",
+    )
+
+    @field_validator("language")
+    @classmethod
+    def _language(cls, v: str) -> str:
+        from pipeline.language import check_code
+
+        return check_code(v)
+
+    @field_validator("languages")
+    @classmethod
+    def _languages(cls, v: dict[str, str]) -> dict[str, str]:
+        from pipeline.language import check_code
+
+        return {pattern: check_code(code) for pattern, code in v.items()}
 
     def for_type(self, doc_type: DocType) -> ChunkerConfig:
         """The chunker config the router picks for one document type."""
@@ -260,11 +283,18 @@ class Profile(BaseModel):
             chunker["context"] = legacy[chunker["context"]]
         if chunker.get("keep_whole") == 0:  # off: hashed as before the option existed (no re-chunk)
             del chunker["keep_whole"]
+        if chunker.get("language") == "auto":  # English sections split as with "en"; any other language is in
+            chunker["language"] = "en"  # the section's fingerprint (incremental.fingerprint): no re-chunk
         payload = {
             "chunker": chunker,
             "sections": self.section_tokens_for(doc_type),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def language_key(self) -> str:
+        """What a stored document's key adds for the language settings: a change reads the files again."""
+        by_path = json.dumps(self.languages, sort_keys=True) if self.languages else ""
+        return f":lang={self.language}" + (":" + hashlib.sha256(by_path.encode()).hexdigest()[:8] if by_path else "")
 
     def as_json(self) -> dict:
         """The validated profile as plain JSON, as stored in collections.profile."""

@@ -19,6 +19,8 @@ def fingerprint(doc: Document, section: Section, chunk_key: str) -> str:
     pages = doc.page_key(section.start, section.end)  # a PDF's page numbers are chunk metadata
     if pages:
         parts.append(pages)
+    if section.lang != "en":  # its lexemes and sentences; English sections keep the keys stored before languages
+        parts.append(f"lang={section.lang}")
     return sha256("\x1e".join(parts))[:32]
 
 

@@ -62,6 +62,7 @@ class Section:
     kind: str = "body"
     parent: int | None = None  # index into Document.sections
     atomic: list[Span] = field(default_factory=list)  # absolute ranges never split
+    lang: str = "en"  # natural language (ISO 639-1; '' = no letters): full-text configuration, sentences
 
     def text(self, doc_text: str) -> str:
         return doc_text[self.start : self.end]
@@ -75,7 +76,8 @@ class Document:
     doc_type: str
     text: str
     sections: list[Section]
-    language: str | None = None
+    language: str | None = None  # a programming language (code files)
+    lang: str = "en"  # natural language of most of the text (ISO 639-1; '' = no letters): pipeline.language
     title: str = ""
     warnings: list[str] = field(default_factory=list)
     raw_hash: str = ""

@@ -382,9 +382,19 @@ class Run:
     def _close_ledger(self, conn: psycopg.Connection) -> None:
         """The end of a run in the database: BM25 statistics, chunk quality, the ledger row, the lock released."""
         store.refresh_fts_stats(conn, self.ctx.collection_id, [self.ctx.vectors] if self.ctx.vectors else [])
+        self._note_languages(conn)
         self._measure_quality(conn)
         self._write_ledger(conn)
         store.unlock_collection(conn, self.ctx.collection_id)
+
+    def _note_languages(self, conn: psycopg.Connection) -> None:
+        """Say once per run, for each language without a Postgres stemmer, that its full text is `simple`."""
+        assert self.ctx.run_id is not None and self.ctx.collection_id is not None
+        for lang, uri in store.unstemmed_languages(conn, self.ctx.collection_id, self.ctx.run_id):
+            self.stats.warnings.append((uri, (
+                f"language {lang!r} (this and other documents) has no Postgres text-search configuration: its "
+                "full text is matched word for word ('simple': no stemming, no stop words)"
+            )))  # fmt: skip
 
     def _measure_quality(self, conn: psycopg.Connection) -> None:
         """Chunk quality of the collection as this run leaves it, on its ledger row (runs.quality), measured

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
-from pipeline import db, store
+from pipeline import db, language, store
 from pipeline.chunkers.router import Router
 from pipeline.config import Profile
 from pipeline.embed import embed_with_cache, get_embedder
@@ -166,7 +166,7 @@ def parse(b: Batch, loaded: Sequence[Loaded]) -> list[Parsed]:
         for item in loaded:
             src = item.src
             try:
-                doc = normalize(src, item.data, section_tokens=profile.section_tokens_for(src.doc_type))
+                doc = read_document(src, item.data, profile)
             except SkipFile as exc:
                 b.stats.skip(src.uri, exc.reason)
                 if item.old is not None and not item.old.deleted:
@@ -180,6 +180,13 @@ def parse(b: Batch, loaded: Sequence[Loaded]) -> list[Parsed]:
                 out.append(Parsed(src, doc, item.old))
             b.progress.advance("normalize")
     return out
+
+
+def read_document(src: SourceFile, data: bytes, profile: Profile) -> Document:
+    """The normalized document, with its language and each section's (the profile's setting, or detected)."""
+    doc = normalize(src, data, section_tokens=profile.section_tokens_for(src.doc_type))
+    language.assign(doc, setting=profile.language, by_path=profile.languages)
+    return doc
 
 
 def _forget(b: Batch, uri: str) -> None:
@@ -363,7 +370,7 @@ def preview_chunks(
     if kind is None:
         raise ConfigError(f"{path}: unsupported file type {path.suffix!r}")
     src = SourceFile(path, source_uri(path), kind[0], kind[1])
-    doc = normalize(src, read_bytes(src), section_tokens=profile.section_tokens_for(src.doc_type))
+    doc = read_document(src, read_bytes(src), profile)
     chunker = Router(profile, model=model).chunker_for(doc.doc_type)
     cfg = chunker.config
     out = [(i, c) for i, sec in enumerate(doc.sections) for c in chunker.chunk(doc, sec)]

@@ -198,12 +198,25 @@ def test_a_new_parser_version_reads_stored_files_again_and_keeps_what_did_not_ch
     ingest(corpus, settings)
     ids = chunk_ids(conn)
     (key,) = conn.execute("SELECT chunk_key FROM documents").fetchone()
-    assert key.endswith(":parse=2")  # markdown's parser is at version 2
-    conn.execute(r"UPDATE documents SET chunk_key = regexp_replace(chunk_key, ':parse=\d+$', '')")
+    assert ":parse=2:" in key  # markdown's parser is at version 2
+    conn.execute(r"UPDATE documents SET chunk_key = regexp_replace(chunk_key, ':parse=\d+', '')")
     c = ingest(corpus, settings)
     assert c.get("documents_unchanged", 0) == 0 and c["documents_changed"] == 1
     assert c["sections_rechunked"] == c["chunks_embedded"] == c["chunks_written"] == 0
     assert chunk_ids(conn) == ids and conn.execute("SELECT chunk_key FROM documents").fetchone() == (key,)
+    assert ingest(corpus, settings)["documents_unchanged"] == 1
+
+
+def test_documents_stored_before_languages_are_read_once_and_english_keeps_its_chunks(corpus, settings, conn):
+    """A document stored before languages were detected (no ':lang=' in its key, language '' and chunks
+    analysed as English) is read again once: it learns its language, and English sections keep their rows."""
+    ingest(corpus, settings)
+    ids = chunk_ids(conn)
+    conn.execute(r"UPDATE documents SET chunk_key = regexp_replace(chunk_key, ':lang=.*$', ''), language = ''")
+    c = ingest(corpus, settings)
+    assert c["documents_changed"] == 1 and c["sections_rechunked"] == c["chunks_embedded"] == 0
+    assert chunk_ids(conn) == ids
+    assert conn.execute("SELECT language FROM documents").fetchone() == ("en",)
     assert ingest(corpus, settings)["documents_unchanged"] == 1
 
 

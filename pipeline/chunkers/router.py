@@ -42,8 +42,9 @@ class Router:
         return f"{self.profile.fingerprint_for(doc_type)}:{self.model}{limit}"
 
     def document_key(self, doc_type: str) -> str:
-        """The key stored with a document: `fingerprint` and the parser's version. A file stored under
-        another key is read again, even with the same bytes."""
+        """The key stored with a document: `fingerprint`, the parser's version and the language settings. A
+        file stored under another key is read again, even with the same bytes (documents stored before
+        languages were detected are read once more to learn theirs)."""
         from pipeline.parse import parser_key
 
-        return self.fingerprint(doc_type) + parser_key(doc_type)
+        return self.fingerprint(doc_type) + parser_key(doc_type) + self.profile.language_key()

@@ -249,6 +249,12 @@ def sentence_spans(text: str, a: int, b: int, *, language: str = "en") -> list[S
     return [(x, y) for x, y in zip(bounds, bounds[1:], strict=False) if y > x]
 
 
+def section_language(config: object, section: Section) -> str:
+    """The language a chunker splits sentences in: its config's `language`, or with 'auto' the section's."""
+    lang = getattr(config, "language", "auto")
+    return (section.lang or "en") if lang == "auto" else lang
+
+
 @register
 class SentenceChunker(Chunker):
     """Sentences packed up to the budget; a sentence over the budget is cut like recursive text."""
@@ -259,7 +265,7 @@ class SentenceChunker(Chunker):
         """Stripped sentence spans of a section, over-budget sentences already cut into pieces."""
         out: list[Span] = []
         for s, e in sentence_spans(
-            doc.text, section.start, section.end, language=getattr(self.config, "language", "en")
+            doc.text, section.start, section.end, language=section_language(self.config, section)
         ):
             s, e = strip_span(doc.text, s, e)
             if e <= s:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipeline import language
 from pipeline.config import Profile, Settings
 from pipeline.evaluate.configs import DocTypeChoice, EvalConfig
 from pipeline.evaluate.data import Corpus, EvalError
@@ -127,6 +128,7 @@ def _peer_work(
 
     text, cl100k = corpus.text, counter("cl100k_base")
     doc = Document(uri, "text", text, [Section(0, len(text))], title=corpus.id, raw_hash=sha256(text))
+    language.assign(doc)  # a peer's chunks get the full text of their language, as chunkyard's do
     chunks = [
         SpanChunk(s, e, text[s:e], cl100k.count(text[s:e]), embedded=embed_text(corpus.id, s, e))
         if embed_text

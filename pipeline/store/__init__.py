@@ -21,6 +21,7 @@ from pipeline.store.documents import (
     source_uris,
     stored_documents,
     stored_sections,
+    unstemmed_languages,
     write_document,
 )
 from pipeline.store.evals import chunk_spans, document_texts, record_eval
@@ -68,7 +69,7 @@ __all__ = [
     "ensure_search_indexes", "write_documents", "as_array", "cache_lookup", "cache_store",
     "chunk_spans", "document_texts", "record_eval", "collection_chunks", "collection_texts", "context", "drop_collection", "ensure_collection", "finish_run",
     "get_collection", "lock_collection", "prune", "quality_changed", "quality_report", "record_quality", "recount_fts_stats", "record_error", "record_progress", "refresh_fts_stats", "run_errors", "search",
-    "source_uris", "start_run", "status", "stored_documents", "stored_sections", "unlock_collection",
+    "source_uris", "start_run", "status", "stored_documents", "stored_sections", "unlock_collection", "unstemmed_languages",
     "write_document", "activate_set", "create_set", "drop_retired_sets", "drop_set",
     "embedding_sets", "missing_vectors", "set_progress", "write_vectors",
 ]  # fmt: skip

@@ -54,10 +54,10 @@ def write_documents(
     with conn.transaction():
         rows = conn.execute(
             """INSERT INTO documents (collection_id, source_uri, content_hash, text_hash, doc_type, chunk_key,
-                                      mime, title, metadata, normalized_text, last_run_id)
+                                      mime, title, metadata, normalized_text, language, last_run_id)
                SELECT %s, u.* , %s
                FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                           %s::jsonb[], %s::text[]) AS u
+                           %s::jsonb[], %s::text[], %s::text[]) AS u
                ON CONFLICT (collection_id, source_uri) DO NOTHING
                RETURNING source_uri, id""",
             (
@@ -72,6 +72,7 @@ def write_documents(
                 [d.doc.title for d in docs],
                 [document_metadata(d.doc) for d in docs],
                 [d.doc.text for d in docs],
+                [d.doc.lang for d in docs],
             ),
         ).fetchall()
         doc_ids = dict(rows)
@@ -112,7 +113,10 @@ def write_documents(
         copy_chunks(
             conn,
             [
-                (sid[doc_ids[d.doc.uri], i], doc_ids[d.doc.uri], k, ch, heading_context(d.doc, d.doc.sections[i]))
+                (
+                    sid[doc_ids[d.doc.uri], i], doc_ids[d.doc.uri], k, ch, heading_context(d.doc, d.doc.sections[i]),
+                    d.doc.sections[i].lang,
+                )
                 for d in written
                 for i, chunks in d.chunks.items()
                 for k, ch in enumerate(chunks)
@@ -126,15 +130,16 @@ def write_documents(
 
 def copy_chunks(
     conn: psycopg.Connection,
-    rows: Sequence[tuple[int, int, int, Chunk, str]],
+    rows: Sequence[tuple[int, int, int, Chunk, str, str]],
     *,
     collection_id: int,
     vectors: dict[str, np.ndarray],
     set_id: int,
 ) -> None:
-    """Binary COPY of (section id, document id, ordinal, chunk, search context) rows into chunks, and of their
-    vectors into the embedding set's partition: the one way chunks are written. Ids are drawn first, so both
-    are plain COPYs. The search context (`model.heading_context`) is read by full-text search only."""
+    """Binary COPY of (section id, document id, ordinal, chunk, search context, language) rows into chunks, and
+    of their vectors into the embedding set's partition: the one way chunks are written. Ids are drawn first, so
+    both are plain COPYs. The search context (`model.heading_context`) and the section's language are read by
+    full-text search only."""
     if not rows:
         return
     ids = [
@@ -143,16 +148,16 @@ def copy_chunks(
             "SELECT nextval(pg_get_serial_sequence('chunks', 'id')) FROM generate_series(1, %s)", (len(rows),)
         ).fetchall()
     ]
-    hashes = [embed_hash(ch.embed_text) for _, _, _, ch, _ in rows]
+    hashes = [embed_hash(ch.embed_text) for _, _, _, ch, _, _ in rows]
     cols = """id, section_id, document_id, collection_id, ordinal, text, context, content_hash, embed_hash,
-              char_start, char_end, token_count, metadata, search_context"""
+              char_start, char_end, token_count, metadata, search_context, language"""
     with _copy_into(conn, "chunks", cols) as cp:
         cp.set_types(["int8", "int8", "int8", "int8", "int4", "text", "text", "text", "text", "int4", "int4",
-                      "int4", "jsonb", "text"])  # fmt: skip
-        for chunk_id, h, (section_id, doc_id, ordinal, ch, search) in zip(ids, hashes, rows, strict=True):
+                      "int4", "jsonb", "text", "text"])  # fmt: skip
+        for chunk_id, h, (section_id, doc_id, ordinal, ch, search, lang) in zip(ids, hashes, rows, strict=True):
             cp.write_row([
                 chunk_id, section_id, doc_id, collection_id, ordinal, ch.text, ch.context, sha256(ch.text), h,
-                ch.start, ch.end, ch.token_count, Jsonb(ch.metadata), search,
+                ch.start, ch.end, ch.token_count, Jsonb(ch.metadata), search, lang,
             ])  # fmt: skip
     copy_vectors(conn, set_id, ((i, vectors[h]) for i, h in zip(ids, hashes, strict=True)))
 

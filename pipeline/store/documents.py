@@ -40,6 +40,19 @@ def stored_documents(
     return {r[0]: StoredDocument(*r[1:]) for r in rows}
 
 
+def unstemmed_languages(conn: psycopg.Connection, collection_id: int, run_id: int) -> list[tuple[str, str]]:
+    """(language, a document's uri) for each language of documents this run wrote that Postgres has no
+    text-search configuration for (full text falls back to `simple`); Chinese, Japanese and Korean are
+    segmented into bigrams on purpose and not listed."""
+    return conn.execute(
+        """SELECT d.language, min(d.source_uri) FROM documents d
+           WHERE d.collection_id = %s AND d.last_run_id = %s AND d.language NOT IN ('', 'zh', 'ja', 'ko')
+             AND chunkyard_fts_config(d.language) = 'simple'::regconfig
+           GROUP BY d.language ORDER BY d.language""",
+        (collection_id, run_id),
+    ).fetchall()
+
+
 def source_uris(conn: psycopg.Connection, collection_id: int) -> list[str]:
     """Source URIs of a collection's live documents: what a reindex re-reads and a prune checks."""
     rows = conn.execute(
@@ -127,12 +140,12 @@ def write_document(
                 raise ConcurrentUpdate("document changed while it was being processed; retry")
         doc_id = conn.execute(
             """INSERT INTO documents (collection_id, source_uri, content_hash, text_hash, doc_type, chunk_key, mime,
-                                      title, metadata, normalized_text, last_run_id)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                      title, metadata, normalized_text, last_run_id, language)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                ON CONFLICT (collection_id, source_uri) DO UPDATE SET
                  content_hash = EXCLUDED.content_hash, text_hash = EXCLUDED.text_hash,
                  doc_type = EXCLUDED.doc_type, chunk_key = EXCLUDED.chunk_key, mime = EXCLUDED.mime,
-                 title = EXCLUDED.title, metadata = EXCLUDED.metadata,
+                 title = EXCLUDED.title, metadata = EXCLUDED.metadata, language = EXCLUDED.language,
                  normalized_text = EXCLUDED.normalized_text, last_run_id = EXCLUDED.last_run_id,
                  deleted_at = NULL, updated_at = now()
                RETURNING id""",
@@ -148,6 +161,7 @@ def write_document(
                 document_metadata(doc),
                 doc.text,
                 run_id,
+                doc.lang,
             ),
         ).fetchone()[0]
         if plan.delete:
@@ -201,7 +215,7 @@ def write_document(
                 ([p[0] for p in pairs], [p[1] for p in pairs]),
             )
         rows = [
-            (ids[i], doc_id, k, ch, heading_context(doc, doc.sections[i]))
+            (ids[i], doc_id, k, ch, heading_context(doc, doc.sections[i]), doc.sections[i].lang)
             for i, chunks in new_chunks.items()
             for k, ch in enumerate(chunks)
         ]

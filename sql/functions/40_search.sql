@@ -167,7 +167,20 @@ BEGIN ATOMIC
     FROM (SELECT count(*) AS n, sum(chunkyard_tsv_len(c.tsv)) AS len, sum(length(c.tsv)) AS lex
           FROM chunks c WHERE c.collection_id = p_collection_id AND c.tsv <> ''::tsvector) s
     WHERE col.id = p_collection_id;
+    UPDATE collections col
+    SET languages = coalesce((SELECT array_agg(DISTINCT c.language ORDER BY c.language) FROM chunks c
+                              WHERE c.collection_id = p_collection_id), '{en}')
+    WHERE col.id = p_collection_id;
 END;
+
+-- The lexemes of a query: the query analysed with the full-text configuration of each language the
+-- collection holds (its chunks were analysed with theirs), CJK runs as bigrams as chunks have them.
+CREATE OR REPLACE FUNCTION chunkyard_query_lexemes(p_query_text text, p_languages text[]) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN (SELECT coalesce(array_agg(DISTINCT w.lexeme), '{}')
+        FROM unnest(p_languages) AS l(language)
+        CROSS JOIN LATERAL unnest(tsvector_to_array(
+            to_tsvector(chunkyard_fts_config(l.language), chunkyard_fts_prepare(p_query_text)))) AS w(lexeme));
 
 -- A lexeme as a tsquery operand, quoted so that no character is read as an operator.
 CREATE OR REPLACE FUNCTION chunkyard_tsquery_word(p_lexeme text) RETURNS text
@@ -229,7 +242,7 @@ AS $$
     FROM unnest(p_df) AS p_df_all(df)
 $$;
 
--- Okapi BM25 over the chunks' full-text vectors (English stemming, stop words dropped): the top p_k chunks
+-- Okapi BM25 over the chunks' full-text vectors (each in its language's configuration): the top p_k chunks
 -- for the words of the query. IDF comes from fts_terms and the collection's stored lengths (kept current
 -- by triggers), candidates from the GIN index (chunkyard_fts_candidates: every match when they are few, a
 -- weighted quorum of the rarest words when they are many), ranked by BM25 with each chunk's length
@@ -259,9 +272,10 @@ DECLARE
     v_idf    float8[];
     v_df     float8[];
     v_query  tsquery;
+    v_langs  text[];
 BEGIN
-    SELECT c.id, c.fts_chunks, c.fts_avg_len, c.fts_len_total::float8 / nullif(c.fts_lexemes_total, 0)
-    INTO v_coll, v_n, v_avgdl, v_ratio
+    SELECT c.id, c.fts_chunks, c.fts_avg_len, c.fts_len_total::float8 / nullif(c.fts_lexemes_total, 0), c.languages
+    INTO v_coll, v_n, v_avgdl, v_ratio, v_langs
     FROM collections c WHERE c.name = p_collection;
     IF coalesce(v_n, 0) = 0 THEN
         RETURN;
@@ -272,7 +286,7 @@ BEGIN
     INTO v_terms, v_idf, v_df
     FROM fts_terms t
     WHERE t.collection_id = v_coll AND t.df > 0
-      AND t.lexeme = ANY (tsvector_to_array(to_tsvector('english', p_query_text)));
+      AND t.lexeme = ANY (chunkyard_query_lexemes(p_query_text, v_langs));
     IF v_terms IS NULL THEN
         RETURN;
     END IF;

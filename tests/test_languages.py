@@ -1,0 +1,121 @@
+"""Documents in any language: each detected (or set), stored, and searched in full text with its own
+stemming; Chinese segmented; a mixed document section by section; bad settings refused with a reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline import language
+from pipeline.config import Profile, load_profile
+from pipeline.errors import ConfigError
+from pipeline.ingest import run_ingest
+from pipeline.model import Document, Section
+
+DOCS = {
+    "de.md": "# Abfrageparameter\n\nAbfrageparameter und Validierungen für Zeichenketten werden in FastAPI "
+    "deklariert. Die Funktion erhält die Parameter automatisch und prüft ihre Typen.\n",
+    "ru.md": "# Параметры запроса\n\nПараметры запроса и строковые валидации объявляются в FastAPI. Функция "
+    "получает параметры автоматически и проверяет их типы.\n",
+    "zh.md": "# 查询参数\n\n在 FastAPI 中声明查询参数和字符串校验。函数会自动接收这些参数并检查它们的类型。\n",
+    "en.md": "# Query parameters\n\nQuery parameters and string validations are declared in FastAPI. The "
+    "function receives the parameters automatically and checks their types.\n",
+}
+
+
+def _fulltext(conn, collection: str, query: str) -> list[str]:
+    return [
+        Path(r[0]).name
+        for r in conn.execute(
+            """SELECT d.source_uri FROM chunkyard_fulltext_search(%s, %s, 5) f
+               JOIN chunks k ON k.id = f.chunk_id JOIN documents d ON d.id = k.document_id""",
+            (collection, query),
+        )
+    ]
+
+
+@pytest.fixture
+def four_languages(tmp_path, settings, conn):
+    folder = tmp_path / "ml"
+    folder.mkdir()
+    for name, text in DOCS.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    result = run_ingest([folder], settings=settings, collection="ml")
+    assert not result.stats.errors
+    return folder
+
+
+def test_each_document_is_stored_and_searched_in_its_language(four_languages, conn):
+    langs = {Path(u).name: lang for u, lang in conn.execute("SELECT source_uri, language FROM documents")}
+    assert langs == {"de.md": "de", "ru.md": "ru", "zh.md": "zh", "en.md": "en"}
+    chunk_langs = {r[0] for r in conn.execute("SELECT DISTINCT language FROM chunks")}
+    assert chunk_langs == {"de", "ru", "zh", "en"}
+    assert sorted(conn.execute("SELECT languages FROM collections WHERE name = 'ml'").fetchone()[0]) == [
+        "de", "en", "ru", "zh"
+    ]  # fmt: skip
+    # stemming in the document's own language: other inflections of the words find them
+    assert _fulltext(conn, "ml", "Zeichenkette validieren")[0] == "de.md"
+    assert _fulltext(conn, "ml", "параметров запросов")[0] == "ru.md"
+    # Chinese has no spaces: a word from inside a sentence matches (character bigrams)
+    assert _fulltext(conn, "ml", "字符串")[0] == "zh.md"
+    assert _fulltext(conn, "ml", "校验类型")[0] == "zh.md"
+    assert _fulltext(conn, "ml", "validation")[0] == "en.md"
+
+
+def test_cjk_runs_become_bigrams_in_sql_for_chunks_and_queries(conn):
+    words = [
+        conn.execute("SELECT regexp_split_to_array(trim(chunkyard_fts_prepare(%s)), '\s+')", (t,)).fetchone()[0]
+        for t in ("全文搜索 in 中文", "no cjk here", "字", "東京タワー")
+    ]
+    assert words == [["全文", "文搜", "搜索", "in", "中文"], ["no", "cjk", "here"], ["字"], ["東京", "京タ", "タワ", "ワー"]]
+    configs = dict(
+        conn.execute("SELECT l, chunkyard_fts_config(l)::text FROM unnest(ARRAY['da', 'de', 'zh', 'pl', '']) l")
+    )
+    assert configs == {"da": "danish", "de": "german", "zh": "simple", "pl": "simple", "": "simple"}
+
+
+def test_a_document_that_mixes_languages_is_detected_section_by_section():
+    de = "Die Funktion erhält die Parameter automatisch und prüft ihre Typen, bevor sie etwas zurückgibt. " * 4
+    da = "Funktionen modtager parametrene automatisk og kontrollerer deres typer, før de returnerer noget. " * 4
+    text = f"# Deutsch\n\n{de}\n\n# Dansk\n\n{da}\n"
+    cut = text.index("# Dansk")
+    doc = Document("file:///mixed.md", "markdown", text, [Section(0, cut), Section(cut, len(text))])
+    language.assign(doc)
+    assert [s.lang for s in doc.sections] == ["de", "da"]
+
+
+def test_the_profile_sets_languages_by_path_and_code_is_english():
+    prof = Profile(language="auto", languages={"*.da.md": "da", "notes/*": "de"})
+    doc = Document("file:///x/guide.da.md", "markdown", "Hello there, this is English.", [Section(0, 29)])
+    language.assign(doc, setting=prof.language, by_path=prof.languages)
+    assert doc.lang == "da" and doc.sections[0].lang == "da"
+    doc = Document("file:///x/app.py", "code", "def tilføj(a, b):\n    return a + b\n", [Section(0, 36)])
+    language.assign(doc)
+    assert doc.lang == "en"
+    # a changed setting reads stored files again
+    assert Profile().language_key() != prof.language_key() != Profile(language="de").language_key()
+
+
+def test_text_without_letters_and_unknown_settings(tmp_path, settings, conn):
+    folder = tmp_path / "n"
+    folder.mkdir()
+    (folder / "numbers.txt").write_text("12 34 56\n78 90 12\n", encoding="utf-8")
+    (folder / "polish.md").write_text(
+        "# Zapytania\n\nParametry zapytania i walidacja ciągów znaków są deklarowane w FastAPI. Funkcja "
+        "otrzymuje parametry automatycznie i sprawdza ich typy.\n",
+        encoding="utf-8",
+    )
+    result = run_ingest([folder], settings=settings, collection="n")
+    assert not result.stats.errors
+    langs = {Path(u).name: lang for u, lang in conn.execute("SELECT source_uri, language FROM documents")}
+    assert langs == {"numbers.txt": "", "polish.md": "pl"}
+    # no stemmer for Polish in Postgres: 'simple', said once in the run's warnings
+    notes = [w for u, w in result.stats.warnings if "'pl'" in w]
+    assert len(notes) == 1 and "simple" in notes[0]
+    assert _fulltext(conn, "n", "walidacja")[0] == "polish.md"
+    assert _fulltext(conn, "n", "56")[0] == "numbers.txt"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('language = "german!"\n')
+    with pytest.raises(ConfigError, match="language 'german!'"):
+        load_profile(bad)
