@@ -53,25 +53,27 @@ were not written from. Answers are whole clauses or paragraphs (median about 400
 
 `ml-en`, `ml-de`, `ml-es`, `ml-ru`, `ml-zh` (`bench/data/multilingual-spans.jsonl`, issue 24): one parallel
 question set in five languages, to measure full-text, vector and hybrid search per language. Each language is
-its own set, so its own corpora and collection: run the harness once per language and compare the rows. Source:
-the FastAPI documentation and its translations (fastapi/fastapi @ c3f316b7e814667e8ee81e03a7330d00ee61e45c,
-release 0.141.1, MIT licence), the same 20 pages of docs/<lang>/docs/tutorial/ in each language (ML_PAGES:
-background-tasks, body, cors, debugging, dependencies/index, dependencies/dependencies-with-yield, encoder,
-extra-models, first-steps, handling-errors, header-params, middleware, path-params, query-params,
-request-files, request-forms, response-status-code, security/index, security/oauth2-jwt, testing), from
-$CHUNKYARD_MULTILINGUAL_DIR (default ../shared/bench/multilingual), a folder `<lang>/<corpus id>.md` that
-`fetch-multilingual` writes (corpus id: the page's path with "/" as "__"). At that commit all 51 tutorial
-pages exist in en, de, es, ru and zh with the same section anchors ("{ #anchor }"), and the 20 are real
-translations (no English fallback); there is no Danish translation. Every page is in each corpus, asked
-about or not. 60 questions, the same in every language (300 in all): written in English for this repository,
-then translated here by hand into German, Spanish, Russian and Chinese as a user of that language would type
-them (identifiers such as `Depends` or `status_code` kept, as users keep them). Each answer is one prose
-block (a sentence, a short paragraph or a bullet list; never code, since code is the same in every language
-and would hide the language effect) of that language's page: the block in the same section at the same
-position as the English one (every section has the same number of prose blocks in all five languages), found
-by exact substring search in the page, so offsets are exact; 1 span per question. Median answer length:
-English 126 characters, German 158, Spanish 142, Russian 136, Chinese 52. Expect English high and Chinese and Russian low with an English-only
-model and the `english` text-search configuration: that gap is what the set measures.
+its own set, so its own corpora and collection: run the harness once per language and compare the rows.
+Source: the FastAPI documentation and its translations (fastapi/fastapi @
+c3f316b7e814667e8ee81e03a7330d00ee61e45c, release 0.141.1, MIT licence), the same 20 pages of
+docs/<lang>/docs/tutorial/ in each language (ML_PAGES: background-tasks, body, cors, debugging,
+dependencies/index, dependencies/dependencies-with-yield, encoder, extra-models, first-steps, handling-errors,
+header-params, middleware, path-params, query-params, request-files, request-forms, response-status-code,
+security/index, security/oauth2-jwt, testing), from $CHUNKYARD_MULTILINGUAL_DIR (default
+../shared/bench/multilingual), a folder `<lang>/<corpus id>.md` that `fetch-multilingual` writes (corpus id:
+the page's path with "/" as "__"). At that commit all 51 tutorial pages exist in en, de, es, ru and zh with
+the same section anchors ("{ #anchor }"), and the 20 are real translations (no English fallback); there is no
+Danish translation. Every page is in each corpus, asked about or not. 60 questions, the same in every language
+(300 in all): written in English for this repository, then translated here by hand into German, Spanish,
+Russian and Chinese as a user of that language would type them (identifiers such as `Depends` or `status_code`
+kept, as users keep them). Each answer is one prose block (a sentence, a short paragraph or a bullet list;
+never code, since code is the same in every language and would hide the language effect) of that language's
+page: the block in the same section at the same position as the English one (each section that holds an answer
+has the same number of prose blocks in all five languages, and each aligned block was read against the English
+one), found by exact substring search in the page, so offsets are exact; 1 span per question. Median answer
+length: English 126 characters, German 158, Spanish 142, Russian 136, Chinese 52. Expect English high and
+Chinese and Russian low with an English-only model and the `english` text-search configuration: that gap is
+what the set measures.
 """
 
 from __future__ import annotations
