@@ -3,6 +3,8 @@
     python bench/eval_chroma.py target --set fastapi      # any harness run, on the FastAPI dev set
     python bench/peers.py --set contracts                 # the peers on the contracts dev set
     python bench/devsets.py fetch-contracts DEST          # the contracts' documents, at pinned commits
+    python bench/devsets.py fetch-multilingual DEST       # the multilingual set's pages, at a pinned commit
+    python bench/eval_chroma.py target --set ml-zh        # one language of the multilingual set
 
 No set copies a document into the repository: each stores character spans `[start, end, sha256 prefix]` of
 its documents, and is materialized at run time from a local folder, each span checked against its hash.
@@ -48,6 +50,30 @@ texts as Debian ships them in /usr/share/common-licenses (Apache-2.0, GPL-3, MPL
 $CHUNKYARD_LICENSES_DIR to that folder), plain text with numbered sections. The questions were written
 after the plain-text heading rules and never used to tune them: a check of those rules on documents they
 were not written from. Answers are whole clauses or paragraphs (median about 400 characters).
+
+`ml-en`, `ml-de`, `ml-es`, `ml-ru`, `ml-zh` (`bench/data/multilingual-spans.jsonl`, issue 24): one parallel
+question set in five languages, to measure full-text, vector and hybrid search per language. Each language is
+its own set, so its own corpora and collection: run the harness once per language and compare the rows.
+Source: the FastAPI documentation and its translations (fastapi/fastapi @
+c3f316b7e814667e8ee81e03a7330d00ee61e45c, release 0.141.1, MIT licence), the same 20 pages of
+docs/<lang>/docs/tutorial/ in each language (ML_PAGES: background-tasks, body, cors, debugging,
+dependencies/index, dependencies/dependencies-with-yield, encoder, extra-models, first-steps, handling-errors,
+header-params, middleware, path-params, query-params, request-files, request-forms, response-status-code,
+security/index, security/oauth2-jwt, testing), from $CHUNKYARD_MULTILINGUAL_DIR (default
+../shared/bench/multilingual), a folder `<lang>/<corpus id>.md` that `fetch-multilingual` writes (corpus id:
+the page's path with "/" as "__"). At that commit all 51 tutorial pages exist in en, de, es, ru and zh with
+the same section anchors ("{ #anchor }"), and the 20 are real translations (no English fallback); there is no
+Danish translation. Every page is in each corpus, asked about or not. 60 questions, the same in every language
+(300 in all): written in English for this repository, then translated here by hand into German, Spanish,
+Russian and Chinese as a user of that language would type them (identifiers such as `Depends` or `status_code`
+kept, as users keep them). Each answer is one prose block (a sentence, a short paragraph or a bullet list;
+never code, since code is the same in every language and would hide the language effect) of that language's
+page: the block in the same section at the same position as the English one (each section that holds an answer
+has the same number of prose blocks in all five languages, and each aligned block was read against the English
+one), found by exact substring search in the page, so offsets are exact; 1 span per question. Median answer
+length: English 126 characters, German 158, Spanish 142, Russian 136, Chinese 52. Expect English high and
+Chinese and Russian low with an English-only model and the `english` text-search configuration: that gap is
+what the set measures.
 """
 
 from __future__ import annotations
@@ -75,6 +101,36 @@ SETS = {
     "contracts-plain": ("contracts", "", DATA / "contracts-spans.jsonl", "CHUNKYARD_CONTRACTS_DIR"),
     "licenses": ("licenses", "", DATA / "licenses-spans.jsonl", "CHUNKYARD_LICENSES_DIR"),
 }
+
+#: The multilingual set: one set per language (`ml-en`, `ml-de`, ...), each its own corpora and collection,
+#: the same questions in each; the pages of every language come from one commit of fastapi/fastapi.
+ML_LANGS = ("en", "de", "es", "ru", "zh")
+ML_REPO, ML_COMMIT = "fastapi/fastapi", "c3f316b7e814667e8ee81e03a7330d00ee61e45c"
+#: Pages of docs/<lang>/docs/tutorial/ (corpus id: the path with "/" as "__", without ".md").
+ML_PAGES = (
+    "background-tasks",
+    "body",
+    "cors",
+    "debugging",
+    "dependencies/index",
+    "dependencies/dependencies-with-yield",
+    "encoder",
+    "extra-models",
+    "first-steps",
+    "handling-errors",
+    "header-params",
+    "middleware",
+    "path-params",
+    "query-params",
+    "request-files",
+    "request-forms",
+    "response-status-code",
+    "security/index",
+    "security/oauth2-jwt",
+    "testing",
+)
+for _lang in ML_LANGS:
+    SETS[f"ml-{_lang}"] = ("multilingual", _lang, DATA / "multilingual-spans.jsonl", "CHUNKYARD_MULTILINGUAL_DIR")
 NAMES = tuple(SETS)
 
 #: Sets whose documents are plain text (written as .txt, so the pipeline reads them as such).
@@ -124,6 +180,10 @@ def source_dir(name: str) -> Path:
 def _records(name: str) -> list[dict]:
     """The set's rows as {question, corpus_id, spans: [[start, end, digest or None]]} (text checked later)."""
     rows = [json.loads(x) for x in SETS[name][2].read_text(encoding="utf-8").splitlines() if x.strip()]
+    if name.startswith("ml-"):  # one row per question, every language in it: this language's part
+        lang = name.removeprefix("ml-")
+        return [{"question": r[lang]["question"], "corpus_id": r["corpus_id"], "spans": r[lang]["spans"]}
+                for r in rows]  # fmt: skip
     if name != "fastapi-qa":
         return rows
     out = []
@@ -222,7 +282,9 @@ def materialize(name: str, dest: Path | None = None) -> tuple[Path, Path]:
     """A corpora folder and a questions JSONL (Chroma's fields) for `name`, built in a temporary folder."""
     src = source_dir(name)
     if not src.is_dir():
-        hint = "; create it with: python bench/devsets.py fetch-contracts DIR" if "contracts" in name else ""
+        hint = {"contracts": "fetch-contracts", "ml-": "fetch-multilingual"}
+        cmd = next((c for k, c in hint.items() if name.startswith(k)), None)
+        hint = f"; create it with: python bench/devsets.py {cmd} DIR" if cmd else ""
         raise SystemExit(f"{name}: no documents at {src} (set ${SETS[name][3]}){hint}")
     dest = dest or Path(tempfile.mkdtemp(prefix=f"chunkyard-{name}-"))
     corpora = dest / "corpora"
@@ -252,6 +314,9 @@ def materialize(name: str, dest: Path | None = None) -> tuple[Path, Path]:
     if name in ("fastapi",):  # every page of the folder, asked about or not
         for p in sorted(src.glob("*.md")):
             shutil.copyfile(p, corpora / p.name)
+    elif name.startswith("ml-"):  # every page of the language, asked about or not
+        for cid in (p.replace("/", "__") for p in ML_PAGES):
+            shutil.copyfile(src / f"{cid}.md", corpora / f"{cid}.md")
     else:
         ext = ".txt" if name in PLAIN else ".md"  # plain text is read as plain text
         for cid, text in texts.items():
@@ -282,6 +347,27 @@ def fetch_contracts(dest: Path, git_dirs: dict[str, str]) -> None:
     print(f"{len(CONTRACT_FILES)} documents in {dest}; export CHUNKYARD_CONTRACTS_DIR={dest}")
 
 
+def fetch_multilingual(dest: Path, git_dir: str | None) -> None:
+    """Write the multilingual set's pages (ML_COMMIT) to `dest`/<lang>/<corpus id>.md from a clone of fastapi."""
+    tmp = None
+    if git_dir is None:
+        tmp = Path(tempfile.mkdtemp(prefix="chunkyard-multilingual-"))
+        git_dir = str(tmp / "fastapi.git")
+        subprocess.run(["git", "clone", "--bare", "--filter=blob:none", f"https://github.com/{ML_REPO}", git_dir],
+                       check=True)  # fmt: skip
+    for lang in ML_LANGS:
+        (dest / lang).mkdir(parents=True, exist_ok=True)
+        for page in ML_PAGES:
+            path = f"{ML_COMMIT}:docs/{lang}/docs/tutorial/{page}.md"
+            blob = subprocess.run(["git", "-C", git_dir, "show", path], check=True, capture_output=True)
+            (dest / lang / f"{page.replace('/', '__')}.md").write_bytes(blob.stdout)
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for lang in ML_LANGS:  # every span checked
+        materialize(f"ml-{lang}", Path(tempfile.mkdtemp(prefix="chunkyard-check-")))
+    print(f"{len(ML_PAGES)} pages x {len(ML_LANGS)} languages in {dest}; export CHUNKYARD_MULTILINGUAL_DIR={dest}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -289,7 +375,14 @@ def main() -> None:
     f.add_argument("dest", type=Path)
     f.add_argument("--git-dir", action="append", default=[], metavar="OWNER/NAME=PATH",
                    help="An existing clone (bare or not) of a source repository instead of cloning it.")  # fmt: skip
+    m = sub.add_parser("fetch-multilingual", help="Write the multilingual set's pages (pinned commit) to DEST.")
+    m.add_argument("dest", type=Path)
+    m.add_argument("--git-dir", metavar="PATH", help="An existing clone (bare or not) of fastapi/fastapi.")
     a = ap.parse_args()
+    if a.cmd == "fetch-multilingual":
+        os.environ["CHUNKYARD_MULTILINGUAL_DIR"] = str(a.dest.resolve())
+        fetch_multilingual(a.dest, a.git_dir)
+        return
     git_dirs = dict(x.split("=", 1) for x in a.git_dir)
     os.environ["CHUNKYARD_CONTRACTS_DIR"] = str(a.dest.resolve())
     fetch_contracts(a.dest, git_dirs)
