@@ -198,7 +198,7 @@ def test_a_new_parser_version_reads_stored_files_again_and_keeps_what_did_not_ch
     ingest(corpus, settings)
     ids = chunk_ids(conn)
     (key,) = conn.execute("SELECT chunk_key FROM documents").fetchone()
-    assert ":parse=2:" in key  # markdown's parser is at version 2
+    assert ":parse=3:" in key  # markdown's parser is at version 3
     conn.execute(r"UPDATE documents SET chunk_key = regexp_replace(chunk_key, ':parse=\d+', '')")
     c = ingest(corpus, settings)
     assert c.get("documents_unchanged", 0) == 0 and c["documents_changed"] == 1

@@ -193,6 +193,26 @@ def test_plain_text_headings_make_sections_with_a_heading_path():
         assert body == body.strip() and body
 
 
+def test_plain_text_headings_in_other_languages():
+    """Artikel, §, Abschnitt, Статья, Artículo and 第…条 open sections as ARTICLE and Section do; their titles
+    may be in sentence case."""
+    para = {
+        "de": "Der Auftragnehmer erbringt die Leistungen nach den Bestimmungen dieses Vertrags mit Sorgfalt.",
+        "ru": "Стороны несут ответственность в соответствии с действующим законодательством Российской Федерации.",
+        "es": "Las partes responden conforme a la ley aplicable en cada caso y según lo pactado en este contrato.",
+        "zh": "本合同自双方签字之日起生效，双方应当按照约定全面履行各自的义务，不得擅自变更或者解除合同。",
+    }
+    heads = [("Artikel 1 Gegenstand des Vertrags", "de"), ("§ 2 Vergütung", "de"),
+             ("Abschnitt 3 Haftung und Gewährleistung", "de"), ("Статья 5. Ответственность сторон", "ru"),
+             ("Artículo 7 Responsabilidad de las partes", "es"), ("第一条 总则", "zh")]  # fmt: skip
+    text = "".join(f"{h}\n\n{(para[lang] + ' ') * 3}\n\n" for h, lang in heads)
+    doc = normalize(_src("vertrag.txt"), text.encode())
+    assert [s.heading_path[-1] for s in doc.sections] == [
+        "Artikel 1 Gegenstand des Vertrags", "§ 2 Vergütung", "Abschnitt 3 Haftung und Gewährleistung",
+        "Статья 5 Ответственность сторон", "Artículo 7 Responsabilidad de las partes", "第一条 总则",
+    ]  # fmt: skip
+
+
 def test_plain_text_underlined_and_capitalised_lines_are_headings_prose_and_lists_are_not():
     body = " ".join(["The tool reads every file in the folder and indexes it."] * 6)
     readme = f"Usage\n=====\n\n{body}\n\nInstall\n-------\n\n{body}\n\nMaterials and Methods\n\n{body}\n"

@@ -44,7 +44,7 @@ def parse_markdown(text: str) -> tuple[list[Section], str]:
     return sections, doc_title
 
 
-@parser("markdown", mime="text/markdown", version=2)  # 2: plain-text headings without markdown ones
+@parser("markdown", mime="text/markdown", version=3)  # 2: plain-text headings without markdown ones; 3: in other languages
 def _parse(text: str, *, language: str | None, filename: str) -> Parsed:
     """The registered form of parse_markdown: the text is kept as it is."""
     sections, title = parse_markdown(text)

@@ -23,15 +23,28 @@ from pipeline.parse.sections import Head, heading_sections
 
 #: Clause numbers: 1 / 1. / 1.2 / 1.2.3, a capital letter or a Roman numeral with a period (A. / IV.).
 _NUM = r"(?P<num>\d{1,3}(?:\.\d{1,3})*\.?|[A-Z]\.|[IVXL]{1,6}\.)"
-#: Words that name a part of a document before its number (ARTICLE II, Section 4.2); rank 1 ranks above
-#: numbered clauses, rank 2 is numbered like them.
-_KEYWORDS = {"article": 1, "part": 1, "chapter": 1, "schedule": 1, "exhibit": 1, "appendix": 1, "annex": 1,
-             "section": 2}  # fmt: skip
+#: Words that name a part of a document before its number (ARTICLE II, Section 4.2, Artikel 3, § 12,
+#: Статья 5); rank 1 ranks above numbered clauses, rank 2 is numbered like them. English, German, Danish,
+#: Norwegian, Swedish, Dutch, French, Spanish, Italian, Portuguese and Russian.
+_KEYWORDS = {
+    **dict.fromkeys(["article", "part", "chapter", "schedule", "exhibit", "appendix", "annex"], 1),
+    **dict.fromkeys(["artikel", "teil", "kapitel", "anhang", "anlage", "del", "bilag", "bilaga", "vedlegg",
+                     "hoofdstuk", "bijlage", "chapitre", "partie", "annexe", "titre", "artículo", "capítulo",
+                     "parte", "anexo", "título", "articolo", "capitolo", "allegato", "artigo", "статья",
+                     "глава", "часть", "раздел", "приложение"], 1),
+    **dict.fromkeys(["section", "abschnitt", "afsnit", "avsnitt", "afdeling", "sección", "sezione", "seção",
+                     "§"], 2),
+}  # fmt: skip
 _KEYWORD = re.compile(
-    r"(?P<kw>" + "|".join(k for k in _KEYWORDS) + r")\s+(?P<knum>[IVXLC]{1,6}|\d{1,3}(?:\.\d{1,3})*|[A-Z])\b"
+    r"(?P<kw>" + "|".join(re.escape(k) for k in sorted(_KEYWORDS, key=len, reverse=True)) + r")\s*"
+    r"(?P<knum>[IVXLC]{1,6}|\d{1,3}(?:\.\d{1,3})*[a-z]?|[A-Z])(?![\w.]\w)"
     r"[.:]?(?:\s*[-\u2013\u2014:.]?\s*(?P<title>\S.*))?$",
     re.I,
 )
+_ENGLISH = frozenset({"article", "part", "chapter", "schedule", "exhibit", "appendix", "annex", "section"})
+#: Chinese and Japanese parts: 第一条 / 第3章 / 第二節 / 第1部, with or without a title after them.
+_CJK_PART = re.compile(r"第[一二三四五六七八九十百千零〇两\d]{1,6}(?P<unit>[条條章节節款编編部篇])\s*(?P<title>.*)$")
+_CJK_RANK = {"条": 2, "條": 2, "款": 2, "节": 2, "節": 2}
 #: A numbered line that is a heading by itself ("1. DEFINITIONS", "2.3 Payment Terms:").
 _NUMBERED = re.compile(_NUM + r"\s+(?P<title>\S.*?)[.:]?$")
 #: A numbered paragraph that opens with its clause's title ("9. Governing Law. This Agreement ...").
@@ -39,7 +52,13 @@ _INLINE = re.compile(_NUM + r"\s+(?P<title>[A-Z][^.:;!?\n]{0,78}?)[.:]\s+\S")
 _UNDERLINE = re.compile(r"(?P<ch>[=\-])(?P=ch){2,}\s*$")
 #: Words a title leaves in lower case ("Limitation of Liability", "Terms and Conditions").
 _SMALL = frozenset({"a", "an", "and", "as", "at", "but", "by", "for", "from", "in", "into", "nor", "of", "on",
-                    "or", "per", "the", "to", "upon", "via", "vs", "with", "without", "under"})  # fmt: skip
+                    "or", "per", "the", "to", "upon", "via", "vs", "with", "without", "under",
+                    # German, Danish and Norwegian, Swedish, Dutch, French, Spanish and Italian, Russian
+                    "und", "oder", "der", "die", "das", "des", "dem", "den", "von", "zu", "zur", "zum", "für",
+                    "mit", "im", "am", "bei", "og", "eller", "af", "til", "med", "i", "på", "om", "och",
+                    "en", "et", "het", "van", "voor", "ou", "du", "le", "la", "les", "aux",
+                    "au", "y", "o", "de", "del", "el", "los", "las", "e", "di", "da", "della", "il",
+                    "и", "или", "в", "во", "на", "для", "с", "по", "о", "об", "к", "от", "из"})  # fmt: skip
 _WORD = re.compile(r"[^\W\d_][\w'\u2019-]*")
 _DIGITS = re.compile(r"\d+")
 #: Longest line read as a heading, in characters and in words; a numbered one in sentence case, in words.
@@ -49,7 +68,7 @@ MAX_CHARS, MAX_WORDS, SENTENCE_WORDS = 90, 12, 8
 MIN_SECTION_CHARS = 160
 
 
-@parser("text", mime="text/plain", version=2)  # 2: headings (was one section)
+@parser("text", mime="text/plain", version=3)  # 2: headings (was one section); 3: in other languages
 def parse_text(text: str, *, language: str | None, filename: str) -> Parsed:
     """Sections under the headings found (`headings`); a transcript is typed "chat" for the chat chunker."""
     if looks_like_chat(text):
@@ -116,12 +135,16 @@ def _candidates(text: str) -> list[tuple[int, str, str, int]]:
         off = start + line.index(s)
         alone = not nxt  # the paragraph is this one line
         short = len(s) <= MAX_CHARS
+        if short and (c := _CJK_PART.match(s)):
+            out.append((off, "keyword", s, _CJK_RANK.get(c.group("unit"), 1)))
+            continue
         if short and (m := _KEYWORD.match(s)):
             title = m.group("title") or ""
             if not title and nxt and len(nxt) <= MAX_CHARS and _titled(nxt):  # ARTICLE II / DEFINITIONS
                 title = nxt
-            if not title or _titled(title.rstrip(".:")):
-                kw = m.group("kw")
+            kw = m.group("kw")
+            # other languages write titles in sentence case ("Статья 5. Ответственность сторон")
+            if not title or _titled(title.rstrip(".:")) or (kw.lower() not in _ENGLISH and _sentence_title(title)):
                 out.append((off, "keyword", f"{kw} {m.group('knum')} {title}".strip(), _KEYWORDS[kw.lower()]))
             continue
         m = _NUMBERED.fullmatch(s) if alone and short else _INLINE.match(s)
