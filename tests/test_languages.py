@@ -65,7 +65,7 @@ def test_each_document_is_stored_and_searched_in_its_language(four_languages, co
 
 def test_cjk_runs_become_bigrams_in_sql_for_chunks_and_queries(conn):
     words = [
-        conn.execute("SELECT regexp_split_to_array(trim(chunkyard_fts_prepare(%s)), '\s+')", (t,)).fetchone()[0]
+        conn.execute(r"SELECT regexp_split_to_array(trim(chunkyard_fts_prepare(%s)), '\s+')", (t,)).fetchone()[0]
         for t in ("全文搜索 in 中文", "no cjk here", "字", "東京タワー")
     ]
     assert words == [["全文", "文搜", "搜索", "in", "中文"], ["no", "cjk", "here"], ["字"], ["東京", "京タ", "タワ", "ワー"]]
