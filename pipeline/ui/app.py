@@ -376,4 +376,6 @@ def create_app(url: str, *, settings: Settings | None = None) -> Starlette:
         Route("/r/{run_id}", _guard(ui, ui.run)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    app.state.ui = ui
+    return app
