@@ -312,7 +312,7 @@ def _quality_plots(history: list[dict]) -> dict[str, Any]:
     if figs and figs[-1].get("histogram"):
         edges = figs[-1].get("histogram_edges") or list(q.HISTOGRAM_EDGES)
         prev = figs[-2].get("histogram") if len(figs) > 1 else None
-        hist = plots.histogram(f"tokens per chunk, run {labels[-1]} (bars) vs the run before (outline)",
+        hist = plots.histogram(f"tokens per chunk: run {labels[-1]} (bars), the run before (dashed)",
                                edges, figs[-1]["histogram"], prev)  # fmt: skip
     shifts = [(history[i]["run_id"], fig, why) for i, f in enumerate(flags) for fig, why in f.items()]
     return {"charts": charts, "histogram": hist, "shifts": shifts[-20:][::-1], "runs": len(history)}

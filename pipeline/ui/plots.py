@@ -30,8 +30,9 @@ def line(
         parts.append(f'<text x="{W / 2}" y="{H / 2}" text-anchor="middle" class="pl">no data yet</text></svg>')
         return "".join(parts)
     lo, hi = min(v for _, v in pts), max(v for _, v in pts)
-    if hi == lo:
-        lo, hi = lo - (abs(lo) * 0.1 or 1), hi + (abs(hi) * 0.1 or 1)
+    if hi == lo:  # a flat line: a band around it (never below 0 for counts and shares)
+        pad = abs(lo) * 0.1 or (0.01 if fmt == "%" else 1)
+        lo, hi = (lo - pad if lo - pad >= 0 or lo < 0 else 0), hi + pad
     n = max(len(values) - 1, 1)
 
     def x(i: int) -> float:

@@ -4,6 +4,7 @@
   if (!data) return;
   const chunks = JSON.parse(data.textContent);
   const panel = document.getElementById("panel");
+  const text = document.getElementById("text");
   let pinned = null;
   const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
   function show(ids) {
@@ -26,11 +27,10 @@
     }).join("<hr>");
   }
   function mark(id, on) {
-    document.querySelectorAll(".seg").forEach((s) => {
+    text.querySelectorAll(".seg").forEach((s) => {
       if (s.dataset.chunks.split(" ").includes(String(id))) s.classList.toggle("sel", on);
     });
   }
-  const text = document.getElementById("text");
   text.addEventListener("mouseover", (e) => {
     const s = e.target.closest(".seg");
     if (s && pinned === null) show(s.dataset.chunks ? s.dataset.chunks.split(" ") : []);
@@ -45,6 +45,6 @@
   });
   const pin = document.body.dataset.pin;
   if (pin && chunks[pin]) { pinned = pin; mark(pin, true); show([pin]); }
-  const first = document.querySelector(".seg.hl") || document.querySelector(".seg.sel");
+  const first = text.querySelector(".seg.hl") || text.querySelector(".seg.sel");
   if (first) first.scrollIntoView({ block: "center" });
 })();
