@@ -384,4 +384,4 @@ def _one_line(e: BaseException) -> str:
 
 
 # The other commands register on `app` when their modules are imported (they import `app` from here).
-from pipeline.cli import admin, query  # noqa: E402,F401
+from pipeline.cli import admin, query, ui  # noqa: E402,F401
