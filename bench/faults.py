@@ -232,7 +232,9 @@ def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
 
     def forged_docx(p: Path) -> None:
         """word/document.xml declares 5000 bytes and inflates to 1 GiB of spaces (the limit is 512 MiB)."""
-        p.write_bytes(with_forged_member(plain_docx(), "word/document.xml", real=1 << 30, declared=5000, fill=b" "))
+        p.write_bytes(
+            with_forged_member(plain_docx(), "word/document.xml", real=1 << 30, declared=5000, fill=b" ")
+        )
 
     def encrypted_pdf(p: Path) -> None:
         src = ROOT.parent / "shared" / "bench" / "pdf" / "005-libreoffice-writer-password"
@@ -521,7 +523,9 @@ def lock_cases(bench: Bench) -> None:
     model = _wide_model(bench.tmp / "minilm-wide-768")
     new = bench.tmp / "lock-new"
     new.mkdir()
-    (new / "pelicans.md").write_text("# Pelicans\n\nBrown pelicans plunge-dive to scoop fish into their pouch.\n")
+    (new / "pelicans.md").write_text(
+        "# Pelicans\n\nBrown pelicans plunge-dive to scoop fish into their pouch.\n"
+    )
     t0 = time.perf_counter()
     holder = psycopg.connect(url, autocommit=True)
     holder.execute("SELECT pg_advisory_lock(hashtext(%s), %s::int)", (LOCK_CLASS, cid))
@@ -547,7 +551,9 @@ def lock_cases(bench: Bench) -> None:
                WHERE d.source_uri LIKE '%%pelicans.md' AND v.set_id <> %s""",
             (active[0],),
         ).fetchone()[0]
-    code, out, _ = run_cli(url, "search", "how do pelicans catch fish?", "-c", "inc", "-k", "1", "-m", "vector", "--json")
+    code, out, _ = run_cli(
+        url, "search", "how do pelicans catch fish?", "-c", "inc", "-k", "1", "-m", "vector", "--json"
+    )
     ok = queued and codes == [0, 0] and active[1] == 768 and missing == 0 and stray == 0 and "pelicans" in out
     bench.record("lock", "ingest queued behind reindex --model", ok, t0,
                  f"queued {queued}, exits {codes}, active dim {active[1]}, chunks without an active vector "
@@ -572,7 +578,12 @@ def lock_cases(bench: Bench) -> None:
             c.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
     lines = [ln for ln in err.splitlines() if role in ln]
     took = time.perf_counter() - t0
-    ok = code == 2 and "Traceback" not in err and any("still locked after 3 s" in ln for ln in lines) and took < 60
+    ok = (
+        code == 2
+        and "Traceback" not in err
+        and any("still locked after 3 s" in ln for ln in lines)
+        and took < 60
+    )
     bench.record("lock", "lock held by a role with no grants", ok, t0, f"exit {code}, {took:.0f} s: {lines[-1] if lines else err[-200:]}")  # fmt: skip
 
 

@@ -23,7 +23,7 @@ from pipeline.store.ledger import LOCK_CLASS
 from tests.test_models import wide_model  # noqa: F401  (the fixture)
 from tests.test_roles import as_role, login  # noqa: F401  (the fixture)
 
-ROTATION = "# Pelican feeding\n\nBrown pelicans plunge-dive from the air to scoop anchovies into their throat pouch.\n"
+PELICANS = "# Pelican feeding\n\nBrown pelicans plunge-dive from the air to scoop anchovies into their throat pouch.\n"
 
 
 def _waiters(conn: psycopg.Connection, collection_id: int) -> int:
@@ -79,7 +79,7 @@ def test_an_ingest_queued_behind_a_model_switch_writes_into_the_new_active_set(
     old = coll.vectors.id
     new = tmp_path / "new"
     new.mkdir()
-    (new / "pelicans.md").write_text(ROTATION, encoding="utf-8")
+    (new / "pelicans.md").write_text(PELICANS, encoding="utf-8")
 
     holder = psycopg.connect(settings.database_url, autocommit=True)
     reader = psycopg.connect(settings.database_url)
@@ -137,8 +137,8 @@ def test_a_lock_held_by_another_role_ends_the_wait_in_time_with_a_line_naming_it
     tmp_path,
     settings,
     conn,
-    login,
-    caplog,  # noqa: F811
+    login,  # noqa: F811
+    caplog,
 ):
     """A role with no chunkyard grants takes the collection's advisory lock (any role may): an ingest, run
     as the pipeline's writer role, says once who holds it, gives up after CHUNKYARD_LOCK_TIMEOUT_S with one
