@@ -1,7 +1,7 @@
 """Faults, races and hostile input against the real CLI and a real Postgres; prints a table of cases.
 
     python bench/faults.py                      # everything: bad inputs, 50 SIGKILLs, restarts, concurrency
-    python bench/faults.py --kills 10 --restarts 2 --only bad,kill,restart,concurrent,fence,security
+    python bench/faults.py --kills 10 --restarts 2 --only bad,kill,restart,concurrent,fence,security,lock
 
 Never part of the test suite (minutes of model loads). Each case runs `chunkyard ingest --no-prefect` (or
 the flow with --prefect-kills) in a subprocess against its own database on a throwaway embedded server,
@@ -29,6 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # make_files: the hostile files, built at run time
+
+from make_files import page_count_pdf, with_forged_member  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01" + bytes(range(256)) * 4
 PROSE = (ROOT / "examples" / "docs" / "getting-started.md").read_text(encoding="utf-8")
@@ -179,6 +182,20 @@ def corpus_v2(d: Path) -> None:
 # ----------------------------------------------------------------------------------- bad inputs
 
 
+def plain_docx() -> bytes:
+    """A small real Word file (python-docx), the base of the forged one."""
+    import io
+
+    import docx
+
+    d = docx.Document()
+    d.add_heading("Forged", level=1)
+    d.add_paragraph("A paragraph of a document whose main part lies about its size.")
+    buf = io.BytesIO()
+    d.save(buf)
+    return buf.getvalue()
+
+
 def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
     """(name, file name, make, expected): expected is ok | warning | skipped | ignored | error:<text>."""
     big_line = "word " * 400_000
@@ -212,6 +229,12 @@ def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
                     z.writestr(n, data)
 
         return make
+
+    def forged_docx(p: Path) -> None:
+        """word/document.xml declares 5000 bytes and inflates to 1 GiB of spaces (the limit is 512 MiB)."""
+        p.write_bytes(
+            with_forged_member(plain_docx(), "word/document.xml", real=1 << 30, declared=5000, fill=b" ")
+        )
 
     def encrypted_pdf(p: Path) -> None:
         src = ROOT.parent / "shared" / "bench" / "pdf" / "005-libreoffice-writer-password"
@@ -274,6 +297,8 @@ def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
         ("truncated PDF", "trunc.pdf", b(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<</Type/Catalog"), "error:"),
         (".docx that is a zip of something else", "fake.docx", zip_of({"hello.txt": b"not word"}), "error:"),
         (".docx that is not a zip", "notzip.docx", b(b"just text, not a zip"), "error:"),
+        (".docx member forged small, 1 GiB inflated", "forged.docx", forged_docx, "error:zip bomb"),
+        ("600-byte PDF claiming 4999 pages", "claims.pdf", b(page_count_pdf(4999)), "warning"),
         ("directory named like a file", "folder.md", lambda p: (p.mkdir(), (p / "inner.md").write_text("# In\n\nside\n")), "ignored"),
     ]  # fmt: skip
 
@@ -309,6 +334,9 @@ def bad_inputs(bench: Bench) -> None:
     errors = {Path(u.replace("file://", "")).name: m for u, _, m in res["errors"]}
     skipped = {Path(u.replace("file://", "")).name: m for u, m in res["skipped"]}
     warned = {Path(u.replace("file://", "")).name for u, _ in res["warnings"]}
+    claims = [w for u, w in res["warnings"] if u.endswith("/claims.pdf")]
+    bench.record("bad input", "/Count 4999 PDF: one warning line, < 200 chars",
+                 len(claims) == 1 and len(claims[0]) < 200, t0, claims[0] if len(claims) == 1 else f"{len(claims)} lines")  # fmt: skip
     from urllib.parse import unquote
 
     import psycopg
@@ -340,6 +368,26 @@ def bad_inputs(bench: Bench) -> None:
     for name in keep:
         bench.record("bad input", f"old rows of {name} kept", kept.get(name, 0) > 0, time.perf_counter())
     bench.record("bad input", "good files stored", all(g in stored for g in good), time.perf_counter())
+    t = time.perf_counter()
+    probe = """import resource, sys
+from pathlib import Path
+from pipeline.errors import InputError
+from pipeline.normalize import normalize
+from pipeline.sources import SourceFile, source_uri
+p = Path(sys.argv[1])
+try:
+    normalize(SourceFile(p, source_uri(p), "docx"), p.read_bytes())
+    print("parsed")
+except InputError as exc:
+    print("InputError", exc.reason)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+    res_p = subprocess.run([sys.executable, "-c", probe, str(d / "forged.docx")], capture_output=True, text=True,
+                           cwd=ROOT, timeout=300)  # fmt: skip
+    lines = res_p.stdout.split("\n")
+    peak = int(lines[-2]) if len(lines) >= 2 and lines[-2].isdigit() else -1
+    bench.record("bad input", "forged .docx: peak memory of its parse < 400 MB",
+                 lines[0].startswith("InputError") and 0 < peak < 400, t, f"{peak} MB; {lines[0][:80]}")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- kills, restarts
@@ -426,6 +474,117 @@ def concurrent(bench: Bench, work: Path, ref: dict) -> None:
         diff = compare(snapshot(url), ref)
         ok = codes == [0] * n and not diff and not any("Traceback" in e for e in errs)
         bench.record("concurrent", f"{n} runs of one collection", ok, t0, f"exits {codes}; {diff}")
+
+
+def _wide_model(folder: Path) -> str:
+    """all-MiniLM-L6-v2 with a seeded 384 -> 768 layer: a second model, built here (as tests/test_models.py)."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+
+    from pipeline.config import DEFAULT_MODEL
+    from pipeline.tokens import model_path
+
+    base = SentenceTransformer(model_path(DEFAULT_MODEL), device="cpu")
+    torch.manual_seed(0)
+    dense = models.Dense(384, 768, activation_function=torch.nn.Identity())
+    SentenceTransformer(modules=[*base, dense, models.Normalize()], device="cpu").save(str(folder))
+    return str(folder)
+
+
+def _until(cond: Callable[[], bool], seconds: float = 300) -> bool:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def lock_cases(bench: Bench) -> None:
+    """The collection lock: an ingest queued behind `reindex --model` writes with the new model into the new
+    active set; a lock held by a role with no grants ends the wait in CHUNKYARD_LOCK_TIMEOUT_S, one line."""
+    import psycopg
+    from psycopg import sql
+
+    from pipeline.store.ledger import LOCK_CLASS
+
+    url = bench.create_db("lockswitch", template="v1")
+    with psycopg.connect(url, autocommit=True) as c:
+        cid = c.execute("SELECT id FROM collections WHERE name = 'inc'").fetchone()[0]
+
+    def waiters() -> int:
+        with psycopg.connect(url, autocommit=True) as c:
+            return c.execute(
+                """SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 2
+                   AND classid = hashtext(%s)::oid AND objid = %s::oid""",
+                (LOCK_CLASS, cid),
+            ).fetchone()[0]
+
+    model = _wide_model(bench.tmp / "minilm-wide-768")
+    new = bench.tmp / "lock-new"
+    new.mkdir()
+    (new / "pelicans.md").write_text(
+        "# Pelicans\n\nBrown pelicans plunge-dive to scoop fish into their pouch.\n"
+    )
+    t0 = time.perf_counter()
+    holder = psycopg.connect(url, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(hashtext(%s), %s::int)", (LOCK_CLASS, cid))
+    switch = cli(url, "reindex", "-c", "inc", "--model", model)
+    queued = _until(lambda: waiters() == 1)
+    ingest = cli(url, "ingest", str(new), "--no-prefect", "-c", "inc")
+    queued = queued and _until(lambda: waiters() == 2)
+    holder.close()
+    codes = [switch.wait(900), ingest.wait(900)]
+    errs = [p.stderr.read() for p in (switch, ingest)]  # type: ignore[union-attr]
+    with psycopg.connect(url) as c:
+        active = c.execute(
+            "SELECT id, dim FROM embedding_sets WHERE collection_id = %s AND status = 'active'", (cid,)
+        ).fetchone()
+        missing = c.execute(
+            """SELECT count(*) FROM chunks k WHERE k.collection_id = %s
+               AND NOT EXISTS (SELECT 1 FROM chunk_embeddings e WHERE e.chunk_id = k.id)""",
+            (cid,),
+        ).fetchone()[0]
+        stray = c.execute(
+            """SELECT count(*) FROM chunk_vectors v JOIN chunks k ON k.id = v.chunk_id
+               JOIN documents d ON d.id = k.document_id
+               WHERE d.source_uri LIKE '%%pelicans.md' AND v.set_id <> %s""",
+            (active[0],),
+        ).fetchone()[0]
+    code, out, _ = run_cli(
+        url, "search", "how do pelicans catch fish?", "-c", "inc", "-k", "1", "-m", "vector", "--json"
+    )
+    ok = queued and codes == [0, 0] and active[1] == 768 and missing == 0 and stray == 0 and "pelicans" in out
+    bench.record("lock", "ingest queued behind reindex --model", ok, t0,
+                 f"queued {queued}, exits {codes}, active dim {active[1]}, chunks without an active vector "
+                 f"{missing}, in another set {stray}" + "".join(f"; {e.strip().splitlines()[-1]}" for e in errs if e.strip() and "Traceback" in e))  # fmt: skip
+
+    admin = bench.server.get_uri()  # type: ignore[attr-defined]
+    role = f"squatter_{os.getpid()}"
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+        c.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    t0 = time.perf_counter()
+    try:
+        with psycopg.connect(make_conninfo(**{**conninfo_to_dict(url), "user": role}), autocommit=True) as c:
+            c.execute("SET application_name = 'squatter'")
+            c.execute("SELECT pg_advisory_lock(hashtext(%s), %s::int)", (LOCK_CLASS, cid))
+            code, out, err = run_cli(url, "ingest", str(new), "--no-prefect", "-c", "inc", timeout=120,
+                                     env={"CHUNKYARD_LOCK_TIMEOUT_S": "3"})  # fmt: skip
+    finally:
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+    lines = [ln for ln in err.splitlines() if role in ln]
+    took = time.perf_counter() - t0
+    ok = (
+        code == 2
+        and "Traceback" not in err
+        and any("still locked after 3 s" in ln for ln in lines)
+        and took < 60
+    )
+    bench.record("lock", "lock held by a role with no grants", ok, t0, f"exit {code}, {took:.0f} s: {lines[-1] if lines else err[-200:]}")  # fmt: skip
 
 
 def fence_growth(bench: Bench) -> None:
@@ -536,7 +695,7 @@ def main() -> None:
     ap.add_argument("--prefect-kills", type=int, default=3, help="kills of the Prefect path (slower)")
     ap.add_argument("--restarts", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--only", default="bad,fence,security,kill,restart,concurrent")
+    ap.add_argument("--only", default="bad,fence,security,kill,restart,concurrent,lock")
     args = ap.parse_args()
     only = set(args.only.split(","))
     os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
@@ -554,7 +713,7 @@ def main() -> None:
             fence_growth(bench)
         if "security" in only:
             security(bench)
-        if only & {"kill", "restart", "concurrent"}:
+        if only & {"kill", "restart", "concurrent", "lock"}:
             work, _, ref, clean = prepare_incremental(bench)
             print(f"  uninterrupted incremental run: {clean:.1f} s", flush=True)
             if "kill" in only:
@@ -564,6 +723,8 @@ def main() -> None:
                 restarts(bench, work, ref, clean, args.restarts, rng)
             if "concurrent" in only:
                 concurrent(bench, work, ref)
+            if "lock" in only:
+                lock_cases(bench)
     finally:
         server.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     db_retry_seconds: float = Field(
         default=60.0, ge=0, description="How long a run waits for a lost database to come back (seconds)."
     )
+    lock_timeout_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="How long a run waits for another session to release its collection's lock (seconds); "
+        "0 = no limit. Any role that can connect can take that lock: the wait names who holds it.",
+    )
     follow_external_links: bool = Field(
         default=False, description="Ingest files that links inside a folder point to outside it."
     )

@@ -191,27 +191,30 @@ class Run:
         conn = db.connect(url)
         try:
             coll = store.get_collection(conn, collection)
-            key = (
-                coll.vectors.model
-                if switching_model and coll and coll.vectors
-                else embedding_model(settings, coll)
-            )
+            key = _run_key(settings, coll, switching_model)  # an asked-for model is checked before any write
             if dry_run:
                 coll_id, run_id = (coll.id if coll else None), None
             else:
-                dim = model_dim(settings.model) if coll is None else 0
-                coll = store.ensure_collection(
-                    conn, collection, profile=profile.as_json(), model=key, dim=dim
-                )
-                coll_id = coll.id
-                if not store.lock_collection(conn, coll_id, wait=lock_wait):
-                    raise TransientError(
-                        f"another run is writing collection {collection!r}; try again when it ends"
+                if coll is None:
+                    dim = model_dim(settings.model)
+                    coll = store.ensure_collection(
+                        conn, collection, profile=profile.as_json(), model=key, dim=dim
                     )
+                coll_id = coll.id
+                _take_lock(conn, collection, coll_id, wait=lock_wait, timeout_s=settings.lock_timeout_s)
+                # Read again under the lock: a run that held it (a model switch) may have replaced the active
+                # set and its model since, and the set read before may be retired or dropped by now.
+                held = store.get_collection(conn, collection)
+                if held is None or held.id != coll_id:
+                    raise TransientError(
+                        f"collection {collection!r} was dropped while this run waited for its lock; run again"
+                    )
+                key = _run_key(settings, held, switching_model)
+                coll = store.ensure_collection(conn, collection, profile=profile.as_json(), model=key, dim=0)
                 run_id = store.start_run(conn, coll_id, kind=kind, params=params or {})
                 store.drop_retired_sets(conn, coll_id)  # those a model switch could not drop at once
         except BaseException:
-            conn.close()
+            conn.close()  # and with it the lock, if it was taken
             raise
         ctx = RunContext(
             url=url,
@@ -412,6 +415,41 @@ class Run:
             raise  # the database went away: _with_conn waits for it and closes the ledger again
         except psycopg.Error as exc:
             log.warning("run %s: chunk quality not recorded (%s)", self.ctx.run_id, _first_line(exc))
+
+
+def _run_key(settings: Settings, coll: Collection | None, switching_model: bool) -> str:
+    """The embedding key a run writes with; a model switch runs under its active set's (it is asked for
+    another model, which `switch_model` is given)."""
+    if switching_model and coll is not None and coll.vectors is not None:
+        return coll.vectors.model
+    return embedding_model(settings, coll)
+
+
+def _take_lock(
+    conn: psycopg.Connection, collection: str, collection_id: int, *, wait: bool, timeout_s: float
+) -> None:
+    """Take the collection's lock; while it waits, say once who holds it, and give up after `timeout_s`
+    (0: never) with a line that says what to do: any role that can connect can hold this lock."""
+    if store.lock_collection(conn, collection_id, wait=False):
+        return
+    if not wait:
+        raise TransientError(f"another run is writing collection {collection!r}; try again when it ends")
+    holders = store.lock_holders(conn, collection_id)
+    who = ", ".join(h.describe() for h in holders) or "a session that has just released it"
+    limit = f"up to {timeout_s:g} s" if timeout_s > 0 else "with no time limit"
+    log.warning(
+        "collection %r is locked by %s; waiting %s (CHUNKYARD_LOCK_TIMEOUT_S)", collection, who, limit
+    )
+    if store.lock_collection(conn, collection_id, timeout_s=timeout_s):
+        return
+    holders = store.lock_holders(conn, collection_id) or holders
+    who = ", ".join(h.describe() for h in holders) or who
+    end = "; ".join(f"SELECT pg_terminate_backend({h.pid})" for h in holders)
+    raise TransientError(
+        f"collection {collection!r} is still locked after {timeout_s:g} s by {who}: if that is a chunkyard run, "
+        "run again when it ends (or wait longer: CHUNKYARD_LOCK_TIMEOUT_S, 0 = no limit); if it is not, end "
+        f"that session{f' ({end})' if end else ''}"
+    )
 
 
 def embedding_model(settings: Settings, coll: Collection | None) -> str:

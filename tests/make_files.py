@@ -209,3 +209,56 @@ def image_pdf(width: int, height: int, *, layers: int = 1, text: str = "A page w
         out.write(b"%010d 00000 n \n" % offsets[num])
     out.write(b"trailer\n<< /Size 7 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref)
     return out.getvalue()
+
+
+def with_forged_member(base: bytes, name: str, *, real: int, declared: int, fill: bytes = b"\0") -> bytes:
+    """`base` (a zip) with member `name` deflated to `real` bytes (its own bytes, then `fill` repeated; a new
+    member when it has none) while its local and central headers both say it unzips to `declared` bytes: a
+    zip bomb that lies about its size. Whitespace after the root element of word/document.xml is valid XML."""
+    src = zipfile.ZipFile(io.BytesIO(base))
+    head = src.read(name) if name in src.namelist() else b""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for info in src.infolist():
+            if info.filename != name:
+                zf.writestr(info, src.read(info))
+        with zf.open(name, "w") as member:
+            member.write(head)
+            block = fill * ((1 << 20) // len(fill))
+            for left in range(real - len(head), 0, -len(block)):
+                member.write(block[: min(left, len(block))])
+    data = bytearray(buf.getvalue())
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as zf:
+        info = zf.getinfo(name)
+        data[info.header_offset + 22 : info.header_offset + 26] = declared.to_bytes(4, "little")
+        pos = zf.start_dir
+    while data[pos : pos + 4] == b"PK\x01\x02":  # the central directory's entries
+        n, m, k = (int.from_bytes(data[pos + i : pos + i + 2], "little") for i in (28, 30, 32))
+        if data[pos + 46 : pos + 46 + n] == name.encode():
+            data[pos + 24 : pos + 28] = declared.to_bytes(4, "little")
+        pos += 46 + n + m + k
+    return bytes(data)
+
+
+def page_count_pdf(count: int, *, real_pages: int = 1) -> bytes:
+    """A PDF whose page tree says /Count `count` but holds `real_pages` (0 or 1) pages: every other page
+    PDFium is asked for is missing (a few hundred bytes that claimed thousands of broken pages)."""
+    page = b"<</Type/Page/Parent 2 0 R/MediaBox[0 0 612 792]/Contents 4 0 R/Resources<</Font<</F1 5 0 R>>>>>>"
+    stream = b"BT /F1 12 Tf 72 700 Td (The only real page of this file.) Tj ET"
+    objs = [
+        b"<</Type/Catalog/Pages 2 0 R>>",
+        b"<</Type/Pages/Kids[" + (b"3 0 R" if real_pages else b"") + b"]/Count %d>>" % count,
+        page,
+        b"<</Length %d>>stream\n" % len(stream) + stream + b"\nendstream",
+        b"<</Type/Font/Subtype/Type1/BaseFont/Helvetica>>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objs, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<</Size %d/Root 1 0 R>>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+    return bytes(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import docx
 import pytest
 from docx.oxml import OxmlElement
 from docx.oxml.ns import qn
-from make_files import zip_of
+from make_files import with_forged_member, zip_of
 
 from pipeline.chunkers.router import Router
 from pipeline.config import Profile
@@ -18,6 +19,7 @@ from pipeline.errors import InputError
 from pipeline.ingest import run_ingest
 from pipeline.model import Document
 from pipeline.normalize import normalize
+from pipeline.parse import docx as docx_parser
 from pipeline.sources import SourceFile, source_uri
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -138,3 +140,42 @@ def test_ingest_stores_docx_chunks_at_their_offsets(tmp_path, settings, conn):
     ).fetchall()
     assert rows and all(ok for ok, _ in rows)
     assert ["Summary", "Method", "Caveats"] in [p for _, p in rows]
+
+
+def test_a_member_that_lies_about_its_size_is_inflated_no_further_than_the_limit(tmp_path, monkeypatch):
+    """word/document.xml declares 5000 bytes and inflates to 64 MiB (spaces after its root element), under a
+    4 MiB limit: refused as a zip bomb, and memory stays near one window (python-docx never reads it: zipfile
+    would inflate the whole member in one call, then fail on its CRC)."""
+    monkeypatch.setattr(docx_parser, "MAX_UNZIPPED_MB", 4)
+    path = tmp_path / "forged.docx"
+    forged = with_forged_member(report_docx(), "word/document.xml", real=64 << 20, declared=5000, fill=b" ")
+    path.write_bytes(forged)
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=r"more than 4 MiB \(member word/document.xml .*zip bomb") as err:
+            _doc(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 12 << 20, f"{peak / 2**20:.0f} MiB in use while reading a 4 MiB-limited file"
+    assert err.value.stage == "normalize"
+
+
+def test_a_member_whose_size_is_forged_under_the_limit_is_named(tmp_path):
+    path = tmp_path / "forged.docx"
+    path.write_bytes(with_forged_member(report_docx(), "word/media/blob.bin", real=10_000, declared=100))
+    with pytest.raises(InputError, match="forged zip: member word/media/blob.bin declares 100 bytes unzipped "
+                       "but holds 10000"):  # fmt: skip
+        _doc(path)
+
+
+def test_a_forged_docx_fails_alone_and_a_good_one_beside_it_is_stored(tmp_path, settings, monkeypatch):
+    monkeypatch.setattr(docx_parser, "MAX_UNZIPPED_MB", 4)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "report.docx").write_bytes(report_docx())
+    forged = with_forged_member(report_docx(), "word/document.xml", real=32 << 20, declared=5000, fill=b" ")
+    (folder / "forged.docx").write_bytes(forged)
+    stats = run_ingest([folder], settings=settings).stats
+    assert [(Path(u).name, "zip bomb" in m) for u, _, m in stats.errors] == [("forged.docx", True)]
+    assert stats.counts["documents_new"] == 1

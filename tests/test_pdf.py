@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from make_files import image_pdf, paragraph, scanned_pdf, text_pdf
+from make_files import image_pdf, page_count_pdf, paragraph, scanned_pdf, text_pdf
 
 from pipeline.chunkers.router import Router
 from pipeline.config import Profile
@@ -15,7 +15,7 @@ from pipeline.ingest import run_ingest
 from pipeline.model import Document
 from pipeline.normalize import normalize
 from pipeline.parse import pdf_ocr
-from pipeline.parse.pdf import check_inflated
+from pipeline.parse.pdf import _ranges, check_inflated
 from pipeline.sources import SourceFile, source_uri
 
 BENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "pdf"
@@ -272,3 +272,30 @@ def test_the_bomb_limit_counts_every_flate_layer(tmp_path, settings, monkeypatch
     errors = {Path(u).name: msg for u, _stage, msg in stats.errors}
     assert set(errors) == {"nested.pdf"} and "possible PDF bomb" in errors["nested.pdf"]
     assert stats.counts["documents_new"] == 1
+
+
+def test_a_page_tree_claiming_4999_broken_pages_makes_one_warning_line(tmp_path, settings, conn):
+    """A 600-byte file whose page tree says /Count 4999 over one real page (or none): one warning with the
+    page range, not one per page (it was 4,998 lines and 300 KB of stored warnings), and the real page kept."""
+    one = page_count_pdf(4999)
+    assert len(one) < 700
+    doc = _doc(_write(tmp_path, "claims.pdf", one))
+    assert doc.warnings == ["page 2-4999: cannot be read (Failed to load page.); left empty"]
+    assert "The only real page of this file." in doc.text
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "claims.pdf").write_bytes(one)
+    (folder / "hollow.pdf").write_bytes(page_count_pdf(4999, real_pages=0))
+    stats = run_ingest([folder], settings=settings).stats
+    assert [(Path(u).name, w) for u, w in stats.warnings] == [("claims.pdf", doc.warnings[0])]
+    assert [Path(u).name for u, _ in stats.skipped] == ["hollow.pdf"] and not stats.errors
+    stored = conn.execute("SELECT length(metadata->>'warnings') FROM documents").fetchall()
+    conn.commit()
+    assert len(stored) == 1 and stored[0][0] < 200
+
+
+def test_page_ranges_in_a_warning_are_capped():
+    assert _ranges([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10"
+    every_other = _ranges(list(range(1, 5000, 2)))
+    assert every_other.startswith("1, 3, 5") and every_other.endswith("... (2500 pages in all)")
+    assert len(every_other) < 100

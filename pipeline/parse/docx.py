@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import re
+import struct
 import zipfile
+import zlib
 from typing import Any
 
 from pipeline.errors import InputError, SkipFile
@@ -62,11 +64,7 @@ def _open(data: bytes, filename: str) -> Any:
         )
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         names = zf.namelist()
-        size = sum(i.file_size for i in zf.infolist())
-    if size > MAX_UNZIPPED_MB * 2**20:
-        raise InputError(
-            filename, f"unzips to {size / 2**20:.0f} MiB, over {MAX_UNZIPPED_MB} MiB: refused as a zip bomb"
-        )
+        _check_members(data, zf.infolist(), filename, limit=MAX_UNZIPPED_MB * 2**20)
     if "word/document.xml" not in names:
         held = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         raise InputError(
@@ -79,6 +77,69 @@ def _open(data: bytes, filename: str) -> Any:
         return docx.Document(io.BytesIO(data))
     except (PackageNotFoundError, ValueError, KeyError) as exc:
         raise InputError(filename, f"not a readable Word document ({exc})") from exc
+
+
+def _check_members(data: bytes, members: list[zipfile.ZipInfo], filename: str, *, limit: int) -> None:
+    """Inflate every member here, counting the bytes that really come out, before python-docx reads any: the
+    sizes a zip declares are the attacker's to write, and zipfile inflates a member's whole stream in one call
+    (a forged small size let a .docx reach 1.3 GB before it failed). Memory stays at one window; an InputError
+    as soon as the members pass `limit` together, or when one holds another size than it declares."""
+    total = 0
+    for info in members:
+        if info.flag_bits & 0x1:
+            raise InputError(filename, f"not a readable Word document (member {info.filename} is encrypted)")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise InputError(
+                filename, f"not a Word document (member {info.filename} uses zip compression method "
+                f"{info.compress_type}; Word writes only stored or deflated members)"
+            )  # fmt: skip
+        real = _member_size(data, info, filename, budget=limit - total)
+        if real is None:
+            raise InputError(
+                filename, f"unzips to more than {limit / 2**20:.0f} MiB (member {info.filename} alone goes on "
+                f"past that, whatever size it declares): refused as a zip bomb"
+            )  # fmt: skip
+        if real != info.file_size:
+            raise InputError(
+                filename, f"damaged or forged zip: member {info.filename} declares {info.file_size} bytes "
+                f"unzipped but holds {real}"
+            )  # fmt: skip
+        total += real
+
+
+#: Compressed bytes fed to zlib at a time, and the most it may hand back per call.
+_WINDOW = 64 * 1024
+_OUT = 1024 * 1024
+
+
+def _member_size(data: bytes, info: zipfile.ZipInfo, filename: str, *, budget: int) -> int | None:
+    """The bytes a member really unzips to, read from its local header on; None once past `budget`."""
+    off = info.header_offset
+    if data[off : off + 4] != b"PK\x03\x04":
+        raise InputError(filename, f"damaged zip: no local header for member {info.filename}")
+    name_len, extra_len = struct.unpack("<HH", data[off + 26 : off + 30])
+    start = off + 30 + name_len + extra_len
+    if info.compress_type == zipfile.ZIP_STORED:
+        if start + info.compress_size > len(data):
+            raise InputError(filename, f"damaged zip: member {info.filename} is cut short")
+        return info.compress_size if info.compress_size <= budget else None
+    inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+    view = memoryview(data)
+    pos, n = start, 0
+    while not inflate.eof:
+        if inflate.unconsumed_tail:
+            chunk = inflate.unconsumed_tail
+        elif pos < len(data):
+            chunk, pos = view[pos : pos + _WINDOW], pos + _WINDOW
+        else:
+            raise InputError(filename, f"damaged zip: member {info.filename} is cut short")
+        try:
+            n += len(inflate.decompress(chunk, _OUT))
+        except zlib.error as exc:
+            raise InputError(filename, f"damaged zip: member {info.filename} ({exc})") from exc
+        if n > budget:
+            return None
+    return n
 
 
 def _runs_text(el: Any) -> tuple[str, list[str]]:

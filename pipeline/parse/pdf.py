@@ -41,8 +41,9 @@ def parse_pdf(data: bytes, *, language: str | None, filename: str) -> Parsed:
                 filename, f"PDF has {n} pages, over the limit of {settings.pdf_max_pages} "
                 "(CHUNKYARD_PDF_MAX_PAGES); refused as a possible PDF bomb"
             )  # fmt: skip
-        warnings: list[str] = []
-        pages = [_read_page(pdf, i, warnings) for i in range(n)]
+        unreadable: dict[str, list[int]] = {}
+        pages = [_read_page(pdf, i, unreadable) for i in range(n)]
+        warnings = _unreadable_warnings(unreadable)
         _ocr_pages(pdf, pages, filename, warnings)
         outline = _outline(pdf)
         meta_title = _meta_title(pdf)
@@ -161,14 +162,15 @@ def _inflate(chunks: Iterable[bytes]) -> Iterator[bytes]:
 # ------------------------------------------------------------------------------------------ pages
 
 
-def _read_page(pdf: Any, i: int, warnings: list[str]) -> PageText:
-    """One page's text runs; a page PDFium cannot read is reported and left empty."""
+def _read_page(pdf: Any, i: int, unreadable: dict[str, list[int]]) -> PageText:
+    """One page's text runs; a page PDFium cannot read is left empty, its number filed under the reason (one
+    warning per reason, not per page: a 600-byte file can claim 4999 broken pages)."""
     import pypdfium2.raw as pdfium_c
 
     try:
         page = pdf[i]
     except Exception as exc:  # PDFium raises its own error types for broken page objects
-        warnings.append(f"page {i + 1}: cannot be read ({exc}); left empty")
+        unreadable.setdefault(str(exc)[:200], []).append(i + 1)
         return PageText(i + 1, 0.0, 0.0)
     try:
         width, height = page.get_size()
@@ -179,6 +181,22 @@ def _read_page(pdf: Any, i: int, warnings: list[str]) -> PageText:
         return PageText(i + 1, width, height, segs, scanned)
     finally:
         page.close()
+
+
+#: Reasons of unreadable pages given one warning each; pages of any further reason share one more.
+MAX_REASONS = 4
+
+
+def _unreadable_warnings(unreadable: dict[str, list[int]]) -> list[str]:
+    """One line per reason pages could not be read, with their page ranges; a few lines at most."""
+    reasons = list(unreadable.items())
+    lines = [
+        f"page {_ranges(nums)}: cannot be read ({why}); left empty" for why, nums in reasons[:MAX_REASONS]
+    ]
+    if rest := reasons[MAX_REASONS:]:
+        nums = sorted(n for _, ns in rest for n in ns)
+        lines.append(f"page {_ranges(nums)}: cannot be read ({len(rest)} other reasons); left empty")
+    return lines
 
 
 def _ocr_pages(pdf: Any, pages: list[PageText], filename: str, warnings: list[str]) -> None:
@@ -197,6 +215,7 @@ def _ocr_pages(pdf: Any, pages: list[PageText], filename: str, warnings: list[st
             )  # fmt: skip
         warnings.append(f"page {nums}: image only, no text layer; left empty (pip install 'chunkyard[ocr]')")
         return
+    blank = []
     for p in scanned:
         page = pdf[p.number - 1]
         try:
@@ -204,18 +223,25 @@ def _ocr_pages(pdf: Any, pages: list[PageText], filename: str, warnings: list[st
         finally:
             page.close()
         if not p.segs:
-            warnings.append(f"page {p.number}: OCR found no text on this image-only page")
+            blank.append(p.number)
+    if blank:
+        warnings.append(f"page {_ranges(blank)}: OCR found no text on these image-only pages")
+
+
+#: Page ranges one warning lists before it only counts the rest (a warning is stored with its document).
+MAX_RANGES = 12
 
 
 def _ranges(nums: list[int]) -> str:
-    """[1, 2, 3, 7] as "1-3, 7"."""
-    out: list[str] = []
+    """[1, 2, 3, 7] as "1-3, 7"; past MAX_RANGES ranges, the first ones and how many pages in all."""
+    out: list[list[int]] = []
     for n in nums:
-        if out and out[-1].split("-")[-1] == str(n - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        if out and out[-1][1] == n - 1:
+            out[-1][1] = n
         else:
-            out.append(str(n))
-    return ", ".join(out)
+            out.append([n, n])
+    text = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in out[:MAX_RANGES])
+    return text if len(out) <= MAX_RANGES else f"{text}, ... ({len(nums)} pages in all)"
 
 
 # ---------------------------------------------------------------------------------- outline, title

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
+from typing import NamedTuple
 
 import psycopg
-from psycopg import sql
 
 from pipeline.model import (
     Collection,
@@ -66,19 +67,68 @@ def drop_collection(conn: psycopg.Connection, name: str) -> bool:
     return row is not None
 
 
-def lock_collection(conn: psycopg.Connection, collection_id: int, *, wait: bool = True) -> bool:
-    """Session-level advisory lock: one writing run per collection at a time."""
-    fn = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
-    row = conn.execute(
-        sql.SQL("SELECT {}(hashtext('chunkyard:collection'), %s::int)").format(sql.Identifier(fn)),
-        (collection_id,),
-    ).fetchone()
+#: The first key of every collection lock (the second is the collection's id). Anyone who can connect can
+#: compute it and take the lock (pg_advisory_lock is granted to every role), so a secret key would only make
+#: it a little harder: what protects a run is a bounded wait that names the holder (`lock_collection`'s
+#: timeout, `lock_holders`). Kept as it has always been, so runs of an older and a newer release of the same
+#: database still exclude each other.
+LOCK_CLASS = "chunkyard:collection"
+
+
+class LockHolder(NamedTuple):
+    """A session holding a collection's lock, as pg_stat_activity shows it (None where this role may not see)."""
+
+    pid: int
+    role: str | None
+    application: str | None
+    since: datetime | None  # when the session connected: it has held the lock at most that long
+
+    def describe(self) -> str:
+        app = f", application {self.application!r}" if self.application else ""
+        since = f", connected since {self.since:%Y-%m-%d %H:%M:%S %Z}".rstrip() if self.since else ""
+        return f"pid {self.pid} (role {self.role or '?'}{app}{since})"
+
+
+def lock_collection(
+    conn: psycopg.Connection, collection_id: int, *, wait: bool = True, timeout_s: float = 0
+) -> bool:
+    """Session-level advisory lock: one writing run per collection at a time. With `wait`, queue for it, for
+    at most `timeout_s` seconds when it is over 0 (False then, as without `wait` when it is taken)."""
+    if not wait:
+        row = conn.execute(
+            "SELECT pg_try_advisory_lock(hashtext(%s), %s::int)", (LOCK_CLASS, collection_id)
+        ).fetchone()
+        conn.commit()
+        return bool(row[0])
+    try:
+        with conn.transaction():  # the lock is the session's; the timeout is this transaction's only
+            if timeout_s > 0:
+                conn.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", (f"{max(1, round(timeout_s * 1000))}ms",)
+                )
+            conn.execute("SELECT pg_advisory_lock(hashtext(%s), %s::int)", (LOCK_CLASS, collection_id))
+    except psycopg.errors.LockNotAvailable:
+        return False
+    return True
+
+
+def lock_holders(conn: psycopg.Connection, collection_id: int) -> list[LockHolder]:
+    """Who holds the collection's lock now (pg_locks with pg_stat_activity); empty once it is free."""
+    rows = conn.execute(
+        """SELECT l.pid, a.usename, nullif(a.application_name, ''), a.backend_start
+           FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+             AND l.classid = hashtext(%s)::oid AND l.objid = %s::oid
+           ORDER BY l.pid""",
+        (LOCK_CLASS, collection_id),
+    ).fetchall()
     conn.commit()
-    return True if wait else bool(row[0])
+    return [LockHolder(*r) for r in rows]
 
 
 def unlock_collection(conn: psycopg.Connection, collection_id: int) -> None:
-    conn.execute("SELECT pg_advisory_unlock(hashtext('chunkyard:collection'), %s::int)", (collection_id,))
+    conn.execute("SELECT pg_advisory_unlock(hashtext(%s), %s::int)", (LOCK_CLASS, collection_id))
     conn.commit()
 
 
@@ -172,12 +222,12 @@ def status(conn: psycopg.Connection, *, runs: int = 5) -> dict:
                   CASE WHEN r.status = 'running' AND NOT EXISTS (
                            SELECT 1 FROM pg_locks l
                            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-                             AND l.classid = hashtext('chunkyard:collection')::oid
+                             AND l.classid = hashtext(%s)::oid
                              AND l.objid = r.collection_id::oid)
                        THEN 'crashed' ELSE r.status END,
                   r.started_at, r.finished_at, r.counts, r.timings
            FROM runs r LEFT JOIN collections c ON c.id = r.collection_id ORDER BY r.id DESC LIMIT %s""",
-        (runs,),
+        (LOCK_CLASS, runs),
     ).fetchall()
     conn.commit()
     return {
