@@ -77,7 +77,8 @@ class Settings(BaseSettings):
         default=300.0,
         ge=0,
         description="How long a run waits for another session to release its collection's lock (seconds); "
-        "0 = no limit. Any role that can connect can take that lock: the wait names who holds it.",
+        "0 = no limit. Any role that can connect can take that lock: the wait names who holds it. Unless set, "
+        "a holder that may write runs (another chunkyard run) is waited for without a limit.",
     )
     follow_external_links: bool = Field(
         default=False, description="Ingest files that links inside a folder point to outside it."

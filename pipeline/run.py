@@ -201,7 +201,10 @@ class Run:
                         conn, collection, profile=profile.as_json(), model=key, dim=dim
                     )
                 coll_id = coll.id
-                _take_lock(conn, collection, coll_id, wait=lock_wait, timeout_s=settings.lock_timeout_s)
+                _take_lock(
+                    conn, collection, coll_id, wait=lock_wait, timeout_s=settings.lock_timeout_s,
+                    explicit="lock_timeout_s" in settings.model_fields_set,
+                )  # fmt: skip
                 # Read again under the lock: a run that held it (a model switch) may have replaced the active
                 # set and its model since, and the set read before may be retired or dropped by now.
                 held = store.get_collection(conn, collection)
@@ -426,16 +429,26 @@ def _run_key(settings: Settings, coll: Collection | None, switching_model: bool)
 
 
 def _take_lock(
-    conn: psycopg.Connection, collection: str, collection_id: int, *, wait: bool, timeout_s: float
+    conn: psycopg.Connection,
+    collection: str,
+    collection_id: int,
+    *,
+    wait: bool,
+    timeout_s: float,
+    explicit: bool = False,
 ) -> None:
     """Take the collection's lock; while it waits, say once who holds it, and give up after `timeout_s`
-    (0: never) with a line that says what to do: any role that can connect can hold this lock."""
+    (0: never) with a line that says what to do: any role that can connect can hold this lock. A holder
+    whose role may write runs is taken for another run and waited for without a limit, unless the limit
+    was set (`explicit`)."""
     if store.lock_collection(conn, collection_id, wait=False):
         return
     if not wait:
         raise TransientError(f"another run is writing collection {collection!r}; try again when it ends")
     holders = store.lock_holders(conn, collection_id)
     who = ", ".join(h.describe() for h in holders) or "a session that has just released it"
+    if holders and all(h.writer for h in holders) and not explicit:
+        timeout_s = 0  # another run (a long backfill, a model switch): queue behind it, as runs always have
     limit = f"up to {timeout_s:g} s" if timeout_s > 0 else "with no time limit"
     log.warning(
         "collection %r is locked by %s; waiting %s (CHUNKYARD_LOCK_TIMEOUT_S)", collection, who, limit

@@ -177,3 +177,30 @@ def test_a_lock_held_by_another_role_ends_the_wait_in_time_with_a_line_naming_it
     # with the lock free again, the same run goes through
     result = run_ingest([tmp_path], settings=Settings(database_url=writer, lock_timeout_s=1.5))
     assert result.status == "completed" and result.stats.counts["documents_new"] == 1
+
+
+def test_a_run_queued_behind_another_run_waits_past_the_default_limit(tmp_path, settings, conn, caplog):
+    """A holder whose role may write runs (here the owner, as a long backfill would be) is another run: the
+    default limit does not apply, so a scheduled ingest queued behind a backfill is not failed."""
+    (tmp_path / "a.md").write_text("# Herons\n\nHerons stand still in shallow water.\n")
+    run_ingest([tmp_path], settings=settings)
+    coll = store.get_collection(conn, "default")
+    assert coll is not None
+    (tmp_path / "b.md").write_text("# Egrets\n\nEgrets wade in shallow water too.\n")
+    queued = Settings(database_url=settings.database_url)
+    object.__setattr__(queued, "lock_timeout_s", 0.5)  # a short default: not a limit the user set
+    assert "lock_timeout_s" not in queued.model_fields_set
+    out: dict = {}
+    with psycopg.connect(settings.database_url, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(hashtext(%s), %s::int)", (LOCK_CLASS, coll.id))
+        worker = threading.Thread(target=lambda: out.update(result=run_ingest([tmp_path], settings=queued)))
+        worker.start()
+        deadline = time.monotonic() + 120
+        while not any("is locked by" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        said = [r.getMessage() for r in caplog.records if "is locked by" in r.getMessage()]
+        assert said and "with no time limit" in said[0], said
+        time.sleep(2)  # four times the default limit
+        assert worker.is_alive() and "result" not in out
+    worker.join(300)
+    assert out["result"].status == "completed" and out["result"].stats.counts["documents_new"] == 1

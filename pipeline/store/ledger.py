@@ -82,6 +82,7 @@ class LockHolder(NamedTuple):
     role: str | None
     application: str | None
     since: datetime | None  # when the session connected: it has held the lock at most that long
+    writer: bool = False  # its role may write runs (a chunkyard writer or the owner), so it may be a run
 
     def describe(self) -> str:
         app = f", application {self.application!r}" if self.application else ""
@@ -115,7 +116,8 @@ def lock_collection(
 def lock_holders(conn: psycopg.Connection, collection_id: int) -> list[LockHolder]:
     """Who holds the collection's lock now (pg_locks with pg_stat_activity); empty once it is free."""
     rows = conn.execute(
-        """SELECT l.pid, a.usename, nullif(a.application_name, ''), a.backend_start
+        """SELECT l.pid, a.usename, nullif(a.application_name, ''), a.backend_start,
+                  coalesce(has_table_privilege(a.usesysid, 'runs', 'INSERT'), false)
            FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
