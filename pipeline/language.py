@@ -30,16 +30,32 @@ MIXED_SHARE = 20
 _ALIASES = {"iw": "he", "jw": "jv", "zh-Hant": "zh", "zh-Hans": "zh", "nb": "no"}
 _LETTER = re.compile(r"[^\W\d_]")
 _CODE = re.compile(r"^[a-z]{2,3}$")
+#: What is not prose in any language: fenced and inline code, URLs, markup tags. A page of a translated
+#: manual is often mostly English code; its language is the language of its sentences.
+_NOT_PROSE = re.compile(
+    r"^[ \t]*(```|~~~)[^\n]*\n.*?(^[ \t]*\1[ \t]*$|\Z)|`[^`\n]*`|https?://\S+|<[^>\n]{1,200}>", re.M | re.S
+)
+#: Prose shorter than this (characters) is too little to tell a language by.
+MIN_PROSE = 40
+
+
+def prose(text: str) -> str:
+    """The text without code, URLs and tags: what its language is detected from."""
+    return _NOT_PROSE.sub(" ", text)
 
 
 def detect(text: str) -> tuple[str, bool, list[tuple[str, int]]]:
-    """(language, reliable, [(language, percent of the text), ...]); '' when the text has no letters."""
+    """(language, reliable, [(language, percent of the prose), ...]) of a text's prose; ('', True, []) when
+    it has no letters, (FALLBACK, False, []) when there is too little prose to tell."""
     if not _LETTER.search(text):
         return "", True, []
+    words = prose(text)
+    if sum(1 for _ in _LETTER.finditer(words)) < MIN_PROSE:
+        return FALLBACK, False, []
     import pycld2
 
     try:
-        reliable, _, details = pycld2.detect(text, bestEffort=True)
+        reliable, _, details = pycld2.detect(words, bestEffort=True)
     except pycld2.error:  # bytes CLD2 will not read (it is strict about some code points)
         return FALLBACK, False, []
     shares = [(_code(code), percent) for _, code, percent, _ in details if code not in ("un", "xxx")]
@@ -71,12 +87,12 @@ def assign(doc: Document, *, setting: str = "auto", by_path: dict[str, str] | No
         for s in doc.sections:
             s.lang = fixed
         return
-    lang, reliable, shares = detect(doc.text)
-    doc.lang = lang if reliable or not lang else FALLBACK
+    lang, _, shares = detect(doc.text)
+    doc.lang = lang
     mixed = len(shares) > 1 and shares[1][1] >= MIXED_SHARE
     for s in doc.sections:
         s.lang = doc.lang
-        if mixed:
+        if mixed:  # a section with too little prose of its own (a code block, a table) keeps the document's
             own, own_reliable, _ = detect(doc.text[s.start : s.end])
             if own_reliable and own:
                 s.lang = own

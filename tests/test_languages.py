@@ -119,3 +119,15 @@ def test_text_without_letters_and_unknown_settings(tmp_path, settings, conn):
     bad.write_text('language = "german!"\n')
     with pytest.raises(ConfigError, match="language 'german!'"):
         load_profile(bad)
+
+
+def test_a_translated_page_is_in_the_language_of_its_prose_not_of_its_code():
+    """A manual page in Russian that is mostly English code is Russian, and so is each of its sections,
+    code-only ones included (their words are searched with the page's own stemming)."""
+    code = "```python\n" + "from fastapi import FastAPI\n\napp = FastAPI()\n\n@app.get('/items/{item_id}')\n" * 12 + "```\n"
+    prose_ru = "Параметры запроса объявляются как аргументы функции, которые не являются частью пути. "
+    text = f"# Параметры запроса\n\n{prose_ru * 2}\n\n{code}\n## Пример\n\n{code}\n`item_id` {prose_ru}\n"
+    cut = text.index("## Пример")
+    doc = Document("file:///ru/query-params.md", "markdown", text, [Section(0, cut), Section(cut, len(text))])
+    language.assign(doc)
+    assert doc.lang == "ru" and [s.lang for s in doc.sections] == ["ru", "ru"]
