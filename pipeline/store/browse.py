@@ -44,7 +44,7 @@ def collection_facets(conn: psycopg.Connection, name: str) -> dict[str, Any] | N
         conn.commit()
         return None
     rows = conn.execute(
-        """SELECT doc_type, coalesce(metadata ->> 'language', '?'), count(*)
+        """SELECT doc_type, coalesce(nullif(language, ''), 'no letters'), count(*)
            FROM documents WHERE collection_id = %s AND deleted_at IS NULL GROUP BY 1, 2 ORDER BY 3 DESC""",
         (head["id"],),
     ).fetchall()
@@ -67,7 +67,7 @@ def collection_documents(
     rows = _dicts(
         conn.execute(
             f"""SELECT d.id, d.source_uri, d.doc_type, d.title, d.last_run_id, d.updated_at, d.deleted_at,
-                       d.metadata ->> 'language' AS language, (d.metadata ->> 'pages')::int AS pages,
+                       d.language, (d.metadata ->> 'pages')::int AS pages,
                        (SELECT count(*) FROM chunks c WHERE c.document_id = d.id) AS chunks,
                        (SELECT count(*) FROM sections s WHERE s.document_id = d.id) AS sections
                 FROM documents d WHERE {where}
@@ -134,7 +134,7 @@ def document_header(conn: psycopg.Connection, doc_id: int) -> dict[str, Any] | N
     row = _one(
         conn.execute(
             """SELECT d.id, d.collection_id, col.name AS collection, d.source_uri, d.doc_type, d.mime, d.title,
-                      d.metadata, d.content_hash, d.text_hash, d.chunk_key, length(d.normalized_text) AS chars,
+                      d.metadata, d.language, d.content_hash, d.text_hash, d.chunk_key, length(d.normalized_text) AS chars,
                       d.last_run_id, d.created_at, d.updated_at, d.deleted_at,
                       r.kind AS run_kind, r.status AS run_status, r.started_at AS run_started,
                       (SELECT count(*) FROM chunks c WHERE c.document_id = d.id) AS chunks,
@@ -157,7 +157,7 @@ def document_chunks(
     rows = _dicts(
         conn.execute(
             f"""SELECT c.id, c.section_id, c.ordinal, c.char_start, c.char_end, c.token_count, c.context,
-                       c.search_context, c.content_hash, c.embed_hash, c.metadata, s.heading_path,
+                       c.search_context, c.language, c.content_hash, c.embed_hash, c.metadata, s.heading_path,
                        {_WRITTEN_LAST} AS written_last
                 FROM chunks c JOIN documents d ON d.id = c.document_id
                 JOIN sections s ON s.id = c.section_id

@@ -145,7 +145,8 @@ class UI:
         chunk_info = {
             r["id"]: {
                 "id": r["id"], "start": r["char_start"], "end": r["char_end"], "tokens": r["token_count"],
-                "context": r["context"], "search_context": r["search_context"], "heading_path": r["heading_path"],
+                "context": r["context"], "search_context": r["search_context"], "language": r["language"],
+                "heading_path": r["heading_path"],
                 "hash": r["content_hash"], "embed_hash": r["embed_hash"], "section": r["section_id"],
                 "ordinal": r["ordinal"], "metadata": r["metadata"], "written_last": r["written_last"],
             }

@@ -20,6 +20,7 @@
         <dt>heading path</dt><dd>${esc((c.heading_path || []).join(" > ") || "(top)")}</dd>${page}
         <dt>embedded context</dt><dd>${esc(c.context || "(none)")}</dd>
         <dt>full-text context</dt><dd>${esc(c.search_context || "(none)")}</dd>
+        <dt>language</dt><dd>${esc(c.language || "no letters")}</dd>
         <dt>content hash</dt><dd>${esc(c.hash)}</dd>
         <dt>embedded-text hash</dt><dd>${esc(c.embed_hash)}</dd>
         <dt>last write</dt><dd>${c.written_last ? "re-chunked (new) in the document's last write" : "kept from an earlier run"}</dd>
