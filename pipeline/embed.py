@@ -11,7 +11,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import suppress
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
@@ -116,21 +115,6 @@ def query_embedder(stored_key: str, settings: Settings) -> Encoder:
     if not installed(backend):
         backend = resolve_backend(settings.embed_backend, device=settings.device)
     return get_embedder(embedding_key(model, backend), settings.device, settings.embed_batch_size)
-
-
-def prefetch(settings: Settings) -> None:
-    """Load an exported model in the background (a search overlaps it with its database round trips)."""
-    model, backend = split_key(key_for(settings))
-    if backend == "torch":
-        return  # torch's start-up is what the exported backends avoid; nothing worth racing
-    from pipeline.embed_export import export_dir, is_current
-
-    def load() -> None:
-        with suppress(Exception):  # the search's own call reports what went wrong
-            embedder_for(settings)
-
-    if is_current(export_dir(model, backend, models_dir()), model):  # never an export in the background
-        threading.Thread(target=load, daemon=True).start()
 
 
 def models_dir() -> Path:

@@ -361,10 +361,12 @@ def main() -> None:
 
 
 def _fail(message: str) -> None:
-    """One line on stderr, exit 2 (usage, configuration or database error)."""
+    """One line on stderr, exit 2 (usage, configuration or database error); a message of several lines
+    (libpq's "connection refused" adds a hint on a second one) is joined into one."""
     from rich.markup import escape
 
-    err.print(f"[red]error[/]: {escape(message)}", highlight=False, soft_wrap=True)
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    err.print(f"[red]error[/]: {escape(line)}", highlight=False, soft_wrap=True)
     sys.exit(EXIT_ERROR)
 
 
