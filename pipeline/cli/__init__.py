@@ -21,6 +21,7 @@ from pipeline.console import err, out
 from pipeline.errors import ChunkyardError, ConfigError
 
 if TYPE_CHECKING:  # pydantic-settings and the profile models load on use: `--help` needs neither
+    from pipeline.cli.signals import Interrupted
     from pipeline.config import Profile, Settings
 
 app = typer.Typer(
@@ -336,10 +337,16 @@ def serve(
 def main() -> None:
     """Console entry point: errors become one clear line and an exit code, not a traceback."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from pipeline.cli import signals
     from pipeline.errors import TransientError
 
     try:
-        rv = app(standalone_mode=False)
+        try:
+            with signals.interruptible():
+                rv = app(standalone_mode=False)
+        finally:  # typer turns the KeyboardInterrupt into exit 130, Prefect into a crash: ask what came
+            if (sig := signals.received()) is not None:
+                _interrupted(sig)
         if isinstance(rv, int):
             sys.exit(rv)
     except typer.Exit as e:
@@ -358,6 +365,19 @@ def main() -> None:
         if _debug():
             raise
         _fail(_one_line(e))
+
+
+def _interrupted(e: Interrupted) -> None:
+    """A signal ended the command: the run's row is already marked crashed (its `with Run` block saw the
+    exception); stop the Prefect server this command started, print one line, exit 128 + the signal."""
+    from flows import stop_own_servers
+    from pipeline.cli.signals import documents_stored, exit_now
+
+    stored = documents_stored()
+    what = f"{stored} documents stored" if stored is not None else "what was committed stays"
+    err.print(f"interrupted by {e.name}; {what}, run it again to resume", highlight=False, soft_wrap=True)
+    stop_own_servers()
+    exit_now(e.exit_code)
 
 
 def _fail(message: str) -> None:
