@@ -7,15 +7,15 @@ documented exit code and nothing left behind (a ledger row `running`, a server p
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psycopg
 import pytest
 from test_embed_backends import models_cache, tiny_model  # noqa: F401  (session fixtures, reused)
-
-from pipeline.config import Settings
-from pipeline.ingest import run_ingest
 
 DEAD_URL = "postgresql://nobody@127.0.0.1:1/nothing"  # nothing listens on port 1
 
@@ -72,3 +72,62 @@ def test_search_of_a_missing_collection_exits_2_with_one_line_and_no_thread_left
     probe = cli("search", "x", "-c", "nosuch", env=env, prelude=_THREADS)
     assert_one_line(probe, 2, needle)
     assert probe.stdout.strip() == "THREADS: none"  # nothing loading when the interpreter exits
+
+
+# ------------------------------------------------------------------------------------------- signals
+
+
+def notes(folder: Path, n: int) -> Path:
+    """n small markdown files of their own text (nothing in the embedding cache)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        body = " ".join(f"Pelican {i} crosses bay number {j} at dawn." for j in range(60))
+        (folder / f"note-{i:03}.md").write_text(f"# Note {i}\n\n{body}\n")
+    return folder
+
+
+def start(args: list[str], env: dict) -> subprocess.Popen:
+    full = {**os.environ, "COLUMNS": "200", **env}
+    cmd = [sys.executable, "-m", "pipeline.cli", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full)
+
+
+def wait_for(query: str, url: str, *, timeout: float = 240) -> None:
+    """Poll until `query` returns a true first column (the run got somewhere)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with psycopg.connect(url, autocommit=True) as c:
+            row = c.execute(query).fetchone()
+        if row and row[0]:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for: {query}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_without_prefect_marks_the_run_crashed_and_says_what_was_stored(
+    sig, code, tmp_path, database_url
+):
+    folder = notes(tmp_path / "docs", 12)
+    env = {"CHUNKYARD_DATABASE_URL": database_url, "CHUNKYARD_FILES_PER_BATCH": "1"}
+    proc = start(["ingest", str(folder), "-c", "sig", "--no-prefect"], env)
+    try:
+        wait_for("SELECT count(*) >= 1 FROM documents", database_url)  # a batch stored, more to come
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert_one_line(res, code, f"interrupted by {signal.Signals(sig).name}; ")
+    assert "documents stored, run it again to resume" in err
+    with psycopg.connect(database_url, autocommit=True) as c:
+        run_id, status = c.execute("SELECT id, status FROM runs").fetchone()
+        assert status == "crashed"
+        stored = c.execute("SELECT count(*) FROM documents WHERE last_run_id = %s", (run_id,)).fetchone()[0]
+        assert f"; {stored} documents stored" in err and 1 <= stored < 12
+        assert c.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()[0] == 0
+    again = cli("ingest", str(folder), "-c", "sig", "--no-prefect", "--json", env=env)  # resumes
+    assert again.returncode == 0, again.stderr
+    with psycopg.connect(database_url, autocommit=True) as c:
+        assert c.execute("SELECT count(*) FROM documents").fetchone()[0] == 12
