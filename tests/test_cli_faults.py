@@ -131,3 +131,26 @@ def test_a_signal_without_prefect_marks_the_run_crashed_and_says_what_was_stored
     assert again.returncode == 0, again.stderr
     with psycopg.connect(database_url, autocommit=True) as c:
         assert c.execute("SELECT count(*) FROM documents").fetchone()[0] == 12
+
+
+# --------------------------------------------------------------------------------- a missing extra
+
+
+@pytest.mark.parametrize("module", ["onnx", "onnxruntime"])
+@pytest.mark.parametrize("prefect", [False, True])
+def test_the_onnx_backend_without_its_extra_fails_up_front_and_creates_nothing(
+    module, prefect, tmp_path, database_url
+):
+    folder = notes(tmp_path / "docs", 2)
+    env = {
+        "CHUNKYARD_DATABASE_URL": database_url,
+        "CHUNKYARD_EMBED_BACKEND": "onnx",
+        "CHUNKYARD_DATA_DIR": str(tmp_path / "data"),  # no export of the model there yet
+    }
+    args = ["ingest", str(folder), "-c", "onnx"] + ([] if prefect else ["--no-prefect"])
+    res = cli(*args, env=env, prelude=f"sys.modules[{module!r}] = None  # not installed")
+    assert_one_line(res, 2, "pip install 'chunkyard[onnx]'")  # the brackets survive rich's markup
+    assert f"needs {module}" in res.stderr
+    with psycopg.connect(database_url, autocommit=True) as c:
+        for table in ("collections", "embedding_sets", "runs"):
+            assert c.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table

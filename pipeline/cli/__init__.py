@@ -118,7 +118,10 @@ def _flow(name: str, params: dict, *, workers: int = 0, dask_address: str | None
         preset_api_url()  # the local server, if one runs: set before Prefect is imported (it reads it once)
         from flows.run import run_flow
 
-        _preflight(params.get("collection") if name in ("reindex", "prune") else None)
+        _preflight(
+            params.get("collection") if name in ("reindex", "prune") else None,
+            embeds=name in ("ingest", "backfill"),
+        )
         if not _debug():
             quiet_console()
         return run_flow(name, params, workers=workers, address=dask_address, progress=bars)
@@ -126,9 +129,15 @@ def _flow(name: str, params: dict, *, workers: int = 0, dask_address: str | None
     return call
 
 
-def _preflight(collection: str | None) -> None:
-    """Reach the database (and find the collection) before Prefect starts: its errors are one line."""
+def _preflight(collection: str | None, *, embeds: bool = False) -> None:
+    """Reach the database (and find the collection; check the embedding backend can run) before Prefect
+    starts: its errors are one line, without a temporary server started for nothing."""
     from pipeline import db, store
+
+    if embeds:
+        from pipeline.embed import key_for
+
+        key_for(_settings())  # a backend without its extra installed: `pip install 'chunkyard[onnx]'`
 
     with db.connection(db.database_url()) as conn:
         if collection is not None and store.get_collection(conn, collection) is None:
