@@ -86,8 +86,9 @@ def notes(folder: Path, n: int) -> Path:
     return folder
 
 
-def start(args: list[str], env: dict) -> subprocess.Popen:
-    full = {**os.environ, "COLUMNS": "200", **env}
+def start(args: list[str], env: dict[str, str | None]) -> subprocess.Popen:
+    """The CLI running in the background; an env value of None removes that variable."""
+    full = {k: v for k, v in {**os.environ, "COLUMNS": "200", **env}.items() if v is not None}
     cmd = [sys.executable, "-m", "pipeline.cli", *args]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full)
 
@@ -154,3 +155,35 @@ def test_the_onnx_backend_without_its_extra_fails_up_front_and_creates_nothing(
     with psycopg.connect(database_url, autocommit=True) as c:
         for table in ("collections", "embedding_sets", "runs"):
             assert c.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table
+
+
+@pytest.mark.slow
+def test_sigterm_of_a_prefect_run_stops_its_temporary_server(tmp_path, database_url):
+    psutil = pytest.importorskip("psutil")
+    folder = notes(tmp_path / "docs", 12)
+    env = {
+        "CHUNKYARD_DATABASE_URL": database_url,
+        "CHUNKYARD_FILES_PER_BATCH": "1",
+        "CHUNKYARD_DATA_DIR": str(tmp_path / "data"),  # no `chunkyard server start` server to use
+        "PREFECT_API_URL": None,  # a temporary server of the command's own
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+    }
+    proc = start(["ingest", str(folder), "-c", "sigp"], env)
+    try:
+        wait_for("SELECT count(*) >= 1 FROM documents", database_url, timeout=400)
+        servers = [
+            p for p in psutil.Process(proc.pid).children(recursive=True)
+            if "prefect.server.api.server:create_app" in " ".join(p.cmdline())
+        ]  # fmt: skip
+        assert servers, "the run did not start a temporary Prefect server"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert_one_line(res, 143, "interrupted by SIGTERM; ")
+    _, alive = psutil.wait_procs(servers, timeout=10)
+    assert not alive, "the temporary Prefect server outlived its command"
+    with psycopg.connect(database_url, autocommit=True) as c:
+        assert c.execute("SELECT status FROM runs").fetchone()[0] == "crashed"
+        assert c.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()[0] == 0
