@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 
 
 def quiet_prefect() -> None:
@@ -26,9 +27,11 @@ def quiet_console() -> None:
     the API handler still sends every log to the Prefect server's UI. `--debug` keeps them."""
     import logging
 
-    for h in logging.getLogger("prefect").handlers:
+    prefect_log = logging.getLogger("prefect")
+    for h in prefect_log.handlers:
         if not type(h).__name__.startswith("APILog"):
             h.setLevel(logging.CRITICAL)
+    prefect_log.propagate = False  # nor through the CLI's root handler ("Crash detected!" on a SIGTERM)
 
 
 #: Set in a process about to start Prefect's temporary server: the server inherits it, so a later
@@ -59,3 +62,40 @@ def reap_orphaned_servers() -> int:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return stopped
+
+
+def stop_own_servers(timeout: float = 10.0) -> int:
+    """Stop the temporary Prefect servers this process started (a command ended by a signal: Prefect's own
+    atexit hook never runs on SIGTERM's default action, nor after an immediate exit); how many."""
+    import sys
+
+    import psutil
+
+    if "prefect.logging.handlers" in sys.modules:  # send the logs still queued while the server answers
+        from prefect.logging.handlers import APILogWorker
+
+        with suppress(Exception):
+            APILogWorker.drain_all(timeout=5)
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return 0
+    servers = []
+    for proc in children:
+        try:
+            if _SERVER_APP in " ".join(proc.cmdline()):
+                servers.append(proc)
+        except psutil.Error:
+            continue
+    for proc in servers:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(servers, timeout=timeout)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+    return len(servers)

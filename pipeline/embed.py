@@ -11,7 +11,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import suppress
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
@@ -32,6 +31,8 @@ log = logging.getLogger(__name__)
 #: The modules each exported backend needs at run time, and the extra that installs them.
 RUNTIME_MODULES = {"openvino": ("openvino",), "onnx": ("onnxruntime",)}
 EXTRAS = {"openvino": "fast", "onnx": "onnx"}
+#: What exporting a model for a backend needs besides its run-time modules (torch.onnx writes with `onnx`).
+EXPORT_MODULES = {"openvino": ("nncf", "torch"), "onnx": ("onnx", "torch")}
 
 
 class Encoder(Protocol):
@@ -95,7 +96,26 @@ def resolve_backend(backend: str = "auto", *, device: str | None = None, model: 
             f"CHUNKYARD_EMBED_BACKEND={backend} needs {', '.join(RUNTIME_MODULES[backend])}: "
             f"pip install 'chunkyard[{EXTRAS[backend]}]'"
         )
+    if model is not None:
+        require_export_modules(model, backend)
     return backend
+
+
+def require_export_modules(model: str, backend: str, *, cache_dir: Path | None = None) -> None:
+    """Refuse up front, before a run creates anything, a backend whose model must still be exported when the
+    export's modules are missing (the export subprocess failed with a traceback, after an empty set was made)."""
+    need = EXPORT_MODULES.get(backend, ())
+    missing = [m for m in need if find_spec(m) is None]
+    if not missing:
+        return
+    from pipeline.embed_export import export_dir, is_current
+
+    if is_current(export_dir(model, backend, cache_dir or models_dir()), model):
+        return  # exported already: running it needs only the run-time modules
+    raise ConfigError(
+        f"CHUNKYARD_EMBED_BACKEND={backend} exports {base_model(model)} once first, which needs "
+        f"{', '.join(missing)}: pip install 'chunkyard[{EXTRAS[backend]}]'"
+    )
 
 
 def key_for(settings: Settings) -> str:
@@ -116,21 +136,6 @@ def query_embedder(stored_key: str, settings: Settings) -> Encoder:
     if not installed(backend):
         backend = resolve_backend(settings.embed_backend, device=settings.device)
     return get_embedder(embedding_key(model, backend), settings.device, settings.embed_batch_size)
-
-
-def prefetch(settings: Settings) -> None:
-    """Load an exported model in the background (a search overlaps it with its database round trips)."""
-    model, backend = split_key(key_for(settings))
-    if backend == "torch":
-        return  # torch's start-up is what the exported backends avoid; nothing worth racing
-    from pipeline.embed_export import export_dir, is_current
-
-    def load() -> None:
-        with suppress(Exception):  # the search's own call reports what went wrong
-            embedder_for(settings)
-
-    if is_current(export_dir(model, backend, models_dir()), model):  # never an export in the background
-        threading.Thread(target=load, daemon=True).start()
 
 
 def models_dir() -> Path:

@@ -108,6 +108,9 @@ def ensure_exported(model: str, backend: str, cache_dir: Path) -> Path:
     folder = export_dir(model, backend, cache_dir)
     if is_current(folder, model):
         return folder
+    from pipeline.embed import require_export_modules
+
+    require_export_modules(model, backend, cache_dir=cache_dir)  # one line, not the export subprocess's traceback
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
         if is_current(folder, model):

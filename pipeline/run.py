@@ -157,6 +157,9 @@ class RunResult(NamedTuple):
 
 # ------------------------------------------------------------------------------------------- Run
 
+#: Ledger ids of the runs begun in this process: a command ended by a signal counts what they stored.
+BEGUN: list[int] = []
+
 
 class Run:
     """One run: its ledger row, its collection lock (held by `conn`), its tally and its progress."""
@@ -167,6 +170,8 @@ class Run:
         self.ctx, self.conn, self.executor, self.progress = ctx, conn, executor, progress
         self.stats = Stats()
         self.status = RunStatus.RUNNING
+        if ctx.run_id is not None:
+            BEGUN.append(ctx.run_id)
 
     @classmethod
     def begin(

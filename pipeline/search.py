@@ -21,16 +21,16 @@ def search(
     whole_sections: float | None = store.WHOLE_SECTION_SHARE,
     budget: int | None = None,
 ) -> list[Hit]:
-    """Top-k chunks of a collection for a question (the model is loaded only when vectors are needed); a
+    """Top-k chunks of a collection for a question (the model is loaded only when vectors are needed, after
+    the collection is found: its own embedding key, and no thread left running on an error exit); a
     section at least `whole_sections` retrieved comes back whole (None: chunks only). With `budget`, a
     context of that many tokens instead (`store.context`: chunks in rank order, a section at least
     `whole_sections` read completed in document order), whatever k."""
     if mode not in SEARCH_MODES:
         raise ConfigError(f"--mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
-    if mode != "fulltext":
-        from pipeline.embed import prefetch
-
-        prefetch(settings)  # the model loads while the database answers
+    # The model loads only once the collection is found, in this thread: a load started in the background
+    # before that raced the error exit (a missing collection or database exited while the loading thread
+    # was in OpenVINO's native code: SIGABRT, once SIGSEGV; issue 29, defect 10).
     with db.connection(db.database_url(settings)) as conn:
         for attempt in range(3):
             if (coll := store.get_collection(conn, collection)) is None:

@@ -102,3 +102,32 @@ def test_a_database_that_stays_away_ends_the_run_with_one_line_and_exit_2(
     own_server.ensure_postgres_running()
     with psycopg.connect(url) as c:  # what was committed before the outage is there
         assert c.execute("SELECT count(*) FROM documents").fetchone()[0] >= 1
+
+
+@pytest.mark.slow
+def test_a_database_that_stays_away_from_a_prefect_run_is_one_line_and_exit_2(
+    own_server, folder, monkeypatch, capfd, prefect_api
+):
+    from pipeline import cli
+
+    url = own_server.get_uri("chunkyard")
+    real = store.write_document
+
+    def lose_the_server(conn, **kw):
+        if kw["doc"].uri.endswith("walruses.md"):
+            stop(own_server)
+        return real(conn, **kw)
+
+    monkeypatch.setattr(store, "write_document", lose_the_server)  # tasks run in threads of this process
+    monkeypatch.setenv("CHUNKYARD_DATABASE_URL", url)
+    monkeypatch.setenv("CHUNKYARD_DB_RETRY_SECONDS", "2")
+    monkeypatch.setenv("CHUNKYARD_FILES_PER_BATCH", "1")
+    monkeypatch.setattr(sys, "argv", ["chunkyard", "ingest", str(folder)])  # the default: a Prefect flow
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    err = capfd.readouterr().err  # fd level: Prefect's handlers write to the real stderr
+    assert exit_.value.code == 2, err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    assert "nothing already stored was lost" in lines[0]

@@ -21,6 +21,7 @@ from pipeline.console import err, out
 from pipeline.errors import ChunkyardError, ConfigError
 
 if TYPE_CHECKING:  # pydantic-settings and the profile models load on use: `--help` needs neither
+    from pipeline.cli.signals import Interrupted
     from pipeline.config import Profile, Settings
 
 app = typer.Typer(
@@ -117,7 +118,10 @@ def _flow(name: str, params: dict, *, workers: int = 0, dask_address: str | None
         preset_api_url()  # the local server, if one runs: set before Prefect is imported (it reads it once)
         from flows.run import run_flow
 
-        _preflight(params.get("collection") if name in ("reindex", "prune") else None)
+        _preflight(
+            params.get("collection") if name in ("reindex", "prune") else None,
+            embeds=name in ("ingest", "backfill"),
+        )
         if not _debug():
             quiet_console()
         return run_flow(name, params, workers=workers, address=dask_address, progress=bars)
@@ -125,9 +129,15 @@ def _flow(name: str, params: dict, *, workers: int = 0, dask_address: str | None
     return call
 
 
-def _preflight(collection: str | None) -> None:
-    """Reach the database (and find the collection) before Prefect starts: its errors are one line."""
+def _preflight(collection: str | None, *, embeds: bool = False) -> None:
+    """Reach the database (and find the collection; check the embedding backend can run) before Prefect
+    starts: its errors are one line, without a temporary server started for nothing."""
     from pipeline import db, store
+
+    if embeds:
+        from pipeline.embed import key_for
+
+        key_for(_settings())  # a backend without its extra installed: `pip install 'chunkyard[onnx]'`
 
     with db.connection(db.database_url()) as conn:
         if collection is not None and store.get_collection(conn, collection) is None:
@@ -336,10 +346,16 @@ def serve(
 def main() -> None:
     """Console entry point: errors become one clear line and an exit code, not a traceback."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from pipeline.cli import signals
     from pipeline.errors import TransientError
 
     try:
-        rv = app(standalone_mode=False)
+        try:
+            with signals.interruptible():
+                rv = app(standalone_mode=False)
+        finally:  # typer turns the KeyboardInterrupt into exit 130, Prefect into a crash: ask what came
+            if (sig := signals.received()) is not None:
+                _interrupted(sig)
         if isinstance(rv, int):
             sys.exit(rv)
     except typer.Exit as e:
@@ -360,11 +376,26 @@ def main() -> None:
         _fail(_one_line(e))
 
 
+def _interrupted(e: Interrupted) -> None:
+    """A signal ended the command: the run's row is already marked crashed (its `with Run` block saw the
+    exception); stop the Prefect server this command started, print one line, exit 128 + the signal."""
+    from flows import stop_own_servers
+    from pipeline.cli.signals import documents_stored, exit_now
+
+    stored = documents_stored()
+    what = f"{stored} documents stored" if stored is not None else "what was committed stays"
+    err.print(f"interrupted by {e.name}; {what}, run it again to resume", highlight=False, soft_wrap=True)
+    stop_own_servers()
+    exit_now(e.exit_code)
+
+
 def _fail(message: str) -> None:
-    """One line on stderr, exit 2 (usage, configuration or database error)."""
+    """One line on stderr, exit 2 (usage, configuration or database error); a message of several lines
+    (libpq's "connection refused" adds a hint on a second one) is joined into one."""
     from rich.markup import escape
 
-    err.print(f"[red]error[/]: {escape(message)}", highlight=False, soft_wrap=True)
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    err.print(f"[red]error[/]: {escape(line)}", highlight=False, soft_wrap=True)
     sys.exit(EXIT_ERROR)
 
 
