@@ -284,7 +284,7 @@ class Run:
     ) -> None:
         """Skip what is stored unchanged (resume), cut the rest into batches, run them, merge the tallies.
         `roots`: the folders the files were found under, which every read of them stays in."""
-        self.ctx = dataclasses.replace(self.ctx, roots=tuple(roots))
+        self.ctx = dataclasses.replace(self.ctx, roots=tuple(roots), started=time.time())
         self.progress.add_total("files", len(files))
         todo = self.resume(files)
         if not self.ctx.dry_run and store.bulk_load_pays(self.conn, _expected_chunks(todo)):

@@ -245,14 +245,15 @@ def read_folders(paths: Iterable[str | Path], *, follow_external_links: bool = F
 
 # ---------------------------------------------------------------------------------- the one checked open
 
-#: A file that reads empty while its stored version is not, and was written this recently (seconds), is
-#: taken to be caught mid-rewrite (truncated, not yet written): its rows stay for this run.
+#: A file that reads empty while its stored version is not, and was written during the run or this many
+#: seconds before it began, is taken to be caught mid-rewrite (truncated, not yet written): its rows stay
+#: for this run.
 EMPTY_GRACE_S = 60.0
 #: How long to wait before reading such a file a second time.
 EMPTY_PAUSE_S = 0.5
 EMPTY_NOW = (
     "read as empty (0 bytes) while being rewritten, it seems: its stored version is kept for this run "
-    f"(an empty file older than {EMPTY_GRACE_S:.0f} s loses its rows)"
+    f"(a file emptied over {EMPTY_GRACE_S:.0f} s before a run began loses its rows)"
 )
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
@@ -299,19 +300,21 @@ def read_bytes(src: SourceFile) -> bytes:
         raise InputError(src.uri, f"cannot read file ({exc.strerror or exc})") from exc
 
 
-def reread_empty(src: SourceFile) -> bytes | None:
+def reread_empty(src: SourceFile, *, since: float = 0.0) -> bytes | None:
     """A file read as 0 bytes whose stored version is not: read once more after a short pause (a writer
-    that truncates, then writes); None if still empty and written within EMPTY_GRACE_S (mid-rewrite, keep
-    the stored rows for now), else what the second read found (b"": emptied for real, its rows go)."""
+    that truncates, then writes); None if still empty and written during the run (begun at `since`) or
+    EMPTY_GRACE_S before it (mid-rewrite: keep the stored rows for now, the next run sees the truth), else
+    what the second read found (b"": emptied for real, its rows go). Bounded: one pause, one run."""
     time.sleep(EMPTY_PAUSE_S)
     data = read_bytes(src)
     if data:
         return data
     try:
-        age = time.time() - os.stat(src.path).st_mtime
+        mtime = os.stat(src.path).st_mtime
     except OSError:
         return data
-    return None if age < EMPTY_GRACE_S else data
+    begun = min(since or time.time(), time.time())
+    return None if mtime >= begun - EMPTY_GRACE_S else data
 
 
 def _too_big(size: int) -> str:

@@ -150,7 +150,7 @@ def load(b: Batch, files: Sequence[SourceFile]) -> list[Loaded]:
             try:
                 data: bytes | None = read_bytes(src)
                 if not data and old is not None and not old.deleted:
-                    data = reread_empty(src)
+                    data = reread_empty(src, since=b.ctx.started)
             except SkipFile as exc:  # a link out of the folder, swapped in after discovery
                 b.stats.skip(src.uri, exc.reason)
                 if old is not None and not old.deleted:
