@@ -75,16 +75,20 @@ class Bench:
         print(f"  {mark} {group:10} {case:44} {time.perf_counter() - t0:6.1f}s {detail[:90]}", flush=True)
 
 
-def cli(url: str, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.Popen:
+def cli(
+    url: str, *args: str, timeout: float = 600, env: dict | None = None, prefix: list[str] | None = None
+) -> subprocess.Popen:
     full = dict(os.environ, CHUNKYARD_DATABASE_URL=url, COLUMNS="200", **(env or {}))
     return subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=full, cwd=ROOT,
+        [*(prefix or []), sys.executable, "-m", "pipeline.cli", *args], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=full, cwd=ROOT,
     )  # fmt: skip
 
 
-def run_cli(url: str, *args: str, timeout: float = 600, env: dict | None = None) -> tuple[int, str, str]:
-    p = cli(url, *args, env=env)
+def run_cli(
+    url: str, *args: str, timeout: float = 600, env: dict | None = None, prefix: list[str] | None = None
+) -> tuple[int, str, str]:
+    p = cli(url, *args, env=env, prefix=prefix)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -299,8 +303,41 @@ def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
         (".docx that is not a zip", "notzip.docx", b(b"just text, not a zip"), "error:"),
         (".docx member forged small, 1 GiB inflated", "forged.docx", forged_docx, "error:zip bomb"),
         ("600-byte PDF claiming 4999 pages", "claims.pdf", b(page_count_pdf(4999)), "warning"),
+        ("symlink loop", "loop.md", lambda p: p.symlink_to(p.name), "error:symlink loop"),
+        ("two links in a loop", "loop-a.md", lambda p: (p.symlink_to("loop-b.md"), (p.parent / "loop-b.md").symlink_to(p.name)), "error:symlink loop"),
+        ("UTF-16LE without a BOM", "utf16le-nobom.txt", w("Hello from UTF-16 without a mark, café.", "utf-16-le"), "warning"),
+        ("UTF-16BE without a BOM", "utf16be-nobom.txt", w("Hello from big-endian UTF-16.", "utf-16-be"), "warning"),
+        ("UTF-16-looking control bytes", "ctl16.txt", b(b"\x01\x00\x02\x00" * 200), "error:binary"),
+        ("file name not UTF-8", os.fsdecode(b"caf\xe9-\xff\xfe.md"), w("# Bytes\n\nA name that is not UTF-8.\n"), "ok"),
         ("directory named like a file", "folder.md", lambda p: (p.mkdir(), (p / "inner.md").write_text("# In\n\nside\n")), "ignored"),
     ]  # fmt: skip
+
+
+def no_read_override(url: str, tmp: Path) -> tuple[list[str], str]:
+    """(command prefix, URL) under which root cannot read past permissions (a chmod 000 folder then really
+    cannot be listed): setpriv drops the capabilities, the server's socket is reached through a hard link
+    in an open folder. Not root, or no setpriv: nothing to change."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return [], url
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    info = conninfo_to_dict(url)
+    sock = Path(str(info["host"])) / f".s.PGSQL.{info.get('port') or 5432}"
+    open_dir = tmp / "sock"  # short: a socket path has at most 107 bytes
+    open_dir.mkdir()
+    os.link(sock, open_dir / sock.name)
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"], make_conninfo(
+        **(info | {"host": str(open_dir)})
+    )
+
+
+def _name(uri: str) -> str:
+    """A stored URI's file name, to the byte (names that are not UTF-8 too)."""
+    from pipeline.sources import uri_path
+
+    path = uri_path(uri)
+    return path.name if path is not None else uri
 
 
 def bad_inputs(bench: Bench) -> None:
@@ -313,16 +350,30 @@ def bad_inputs(bench: Bench) -> None:
         (d / g).write_text(PROSE, encoding="utf-8")
     url = bench.create_db("bad")
     # first ingest good versions under the names that will turn bad: their rows must survive
-    keep = ["picture.md", "nul.txt", "pipe.md"]
+    keep = ["picture.md", "nul.txt", "pipe.md", "loop.md"]
     for name in keep:
         (d / name).write_text(f"# Was fine\n\nThe old text of {name} about walruses.\n", encoding="utf-8")
+    # and files that a source fault hits between the runs
+    (d / "locked").mkdir()
+    (d / "locked" / "inside.md").write_text("# Locked\n\nRows of a folder that cannot be listed.\n")
+    (d / "rewrite.md").write_text("# Rewrite\n\nA file caught empty while being rewritten.\n")
+    (d / "swapped.md").write_text("# Swapped\n\nA file later swapped for a link out of the folder.\n")
     code, _, err = run_cli(url, "ingest", str(d), "--no-prefect", "-c", "bad")
     for name in keep:
         (d / name).unlink()
     for _, name, make, _ in cases:
         make(d / name)
+    (d / "rewrite.md").write_bytes(b"")  # truncated by a writer that has not written yet
+    (d / "swapped.md").unlink()
+    (d.parent / "outside-vault.md").write_text("# Vault\n\nThe vault code is marlin.\n")
+    (d / "swapped.md").symlink_to(d.parent / "outside-vault.md")
+    (d / "locked").chmod(0)
+    prefix, run_url = no_read_override(url, bench.tmp)
     t0 = time.perf_counter()
-    code, out, err = run_cli(url, "ingest", str(d), "--no-prefect", "-c", "bad", "--json", timeout=900)
+    code, out, err = run_cli(
+        run_url, "ingest", str(d), "--no-prefect", "-c", "bad", "--json", timeout=900, prefix=prefix
+    )
+    (d / "locked").chmod(0o755)
     whole = time.perf_counter() - t0
     bench.record("bad input", "whole folder: exit 1, no traceback, < 15 min", code == 1 and "Traceback" not in err + out,
                  t0, f"exit {code}; {whole:.0f} s")  # fmt: skip
@@ -331,20 +382,24 @@ def bad_inputs(bench: Bench) -> None:
     except json.JSONDecodeError:
         bench.record("bad input", "JSON summary", False, t0, out[-200:] + err[-300:])
         return
-    errors = {Path(u.replace("file://", "")).name: m for u, _, m in res["errors"]}
-    skipped = {Path(u.replace("file://", "")).name: m for u, m in res["skipped"]}
-    warned = {Path(u.replace("file://", "")).name for u, _ in res["warnings"]}
+    errors = {_name(u): m for u, _, m in res["errors"]}
+    skipped = {_name(u): m for u, m in res["skipped"]}
+    warned = {_name(u) for u, _ in res["warnings"]}
     claims = [w for u, w in res["warnings"] if u.endswith("/claims.pdf")]
     bench.record("bad input", "/Count 4999 PDF: one warning line, < 200 chars",
                  len(claims) == 1 and len(claims[0]) < 200, t0, claims[0] if len(claims) == 1 else f"{len(claims)} lines")  # fmt: skip
-    from urllib.parse import unquote
 
     import psycopg
 
+    def stored_now() -> tuple[set[str], dict[str, int]]:
+        with psycopg.connect(url) as c:
+            kept = {_name(r[0]): r[1] for r in c.execute(
+                "SELECT d.source_uri, count(k.id) FROM documents d LEFT JOIN chunks k ON k.document_id = d.id GROUP BY 1")}  # fmt: skip
+        return set(kept), kept
+
+    stored, kept = stored_now()
     with psycopg.connect(url) as c:
-        stored = {Path(unquote(r[0])).name for r in c.execute("SELECT source_uri FROM documents")}
-        kept = {Path(unquote(r[0])).name: r[1] for r in c.execute(
-            "SELECT d.source_uri, count(k.id) FROM documents d LEFT JOIN chunks k ON k.document_id = d.id GROUP BY 1")}  # fmt: skip
+        leaked = c.execute("SELECT count(*) FROM chunks WHERE text LIKE '%marlin%'").fetchone()[0]
     for label, name, _, expected in cases:
         t = time.perf_counter()
         kind, _, needle = expected.partition(":")
@@ -388,6 +443,20 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
     peak = int(lines[-2]) if len(lines) >= 2 and lines[-2].isdigit() else -1
     bench.record("bad input", "forged .docx: peak memory of its parse < 400 MB",
                  lines[0].startswith("InputError") and 0 < peak < 400, t, f"{peak} MB; {lines[0][:80]}")  # fmt: skip
+    t = time.perf_counter()
+    locked = [m for n, m in errors.items() if n == "locked"]
+    bench.record("bad input", "unlistable folder: error, its rows kept" + ("" if prefix or os.geteuid() else " (root: NOT RUN)"),
+                 bool(locked) and kept.get("inside.md", 0) > 0, t, (locked or ["(no error)"])[0])  # fmt: skip
+    bench.record("bad input", "file empty mid-rewrite: rows kept, warned",
+                 kept.get("rewrite.md", 0) > 0 and "rewrite.md" in warned, time.perf_counter())  # fmt: skip
+    bench.record("bad input", "stored file now a link out: rows gone",
+                 "swapped.md" not in stored and leaked == 0, time.perf_counter(), skipped.get("swapped.md", ""))  # fmt: skip
+    t = time.perf_counter()
+    name = os.fsdecode(b"caf\xe9-\xff\xfe.md")
+    code, _, err = run_cli(url, "prune", "-c", "bad")
+    stored, _ = stored_now()
+    bench.record("bad input", "prune keeps a name that is not UTF-8", code == 0 and name in stored, t,
+                 f"exit {code} {err.strip()[-120:]}")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- kills, restarts

@@ -18,7 +18,15 @@ from pipeline.embed import embedding_key, resolve_backend
 from pipeline.errors import ConfigError
 from pipeline.model import Progress, RunKind, Stage, Stats
 from pipeline.run import BATCH_BYTES, Executor, Run, RunResult
-from pipeline.sources import discover, expand_sources, filter_modified, source_uri, uri_path
+from pipeline.sources import (
+    UnlistedFolder,
+    discover,
+    expand_sources,
+    filter_modified,
+    read_folders,
+    source_uri,
+    uri_path,
+)
 
 
 def run_ingest(
@@ -45,7 +53,8 @@ def run_ingest(
     follow = settings.follow_external_links if follow_external_links is None else follow_external_links
     files, found, roots = discover_files(paths, follow_external_links=follow)
     params = {"paths": [str(p) for p in paths], "dry_run": dry_run} | ({"flow": flow} if flow else {})
-    opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress)
+    folders = read_folders(paths, follow_external_links=follow)
+    opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress, folders)
     begin = dict(dry_run=dry_run, model_limit=model_limit)
     return _ingest(settings, settings.collection if collection is None else collection, profile or Profile(), kind, params, found, files,
                    roots if prune else None, soft_delete, opts, begin)  # fmt: skip
@@ -84,7 +93,8 @@ def run_backfill(
         pre.fail(e.source, Stage.DISCOVER, e.reason)
     files = filter_modified(files, since=modified_since, until=modified_until)
     params = {"sources": list(sources), "modified_since": modified_since, "modified_until": modified_until}
-    opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress)
+    folders = read_folders(paths, follow_external_links=follow)
+    opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress, folders)
     return _ingest(settings, collection, profile or Profile(), RunKind.BACKFILL, params | {"flow": "backfill"},
                    pre, files, roots if prune else None, soft_delete, opts)  # fmt: skip
 
@@ -158,6 +168,7 @@ class Options(NamedTuple):
     batch_bytes: int | None
     executor: Executor | None
     progress: Progress | None
+    roots: Sequence[str] = ()  # the folders given: reads of files found under them never leave them
 
 
 def _ingest(
@@ -185,7 +196,9 @@ def _ingest(
         **(begin or {}),
     ) as run:
         run.add(pre, recorded=False)
-        run.ingest(files, files_per_batch=opts.files_per_batch, batch_bytes=opts.batch_bytes)
+        run.ingest(
+            files, files_per_batch=opts.files_per_batch, batch_bytes=opts.batch_bytes, roots=opts.roots
+        )
         if prune_roots is not None:
             run.prune_missing(prune_roots, soft=soft_delete)
         return run.finish()
@@ -232,9 +245,12 @@ def discover_files(
     files, skipped, errors = discover(paths, follow_external_links=follow_external_links)
     for e in errors:
         stats.fail(e.source, e.stage, e.reason)
+        if isinstance(e, UnlistedFolder):
+            stats.seen.add(e.keep)  # its files are unknown: a prune keeps what is stored under it
     for s in skipped:
         stats.skip(s.uri, s.reason)
-        stats.seen.add(s.uri)
+        if not s.forget:  # a link out of the folder is not seen: a prune removes rows read through it
+            stats.seen.add(s.uri)
     roots = [source_uri(Path(p).expanduser()) for p in paths if Path(p).expanduser().exists()]
     return [str(f.path) for f in files], stats, roots
 

@@ -13,7 +13,7 @@ from pipeline.errors import InputError, SkipFile
 from pipeline.model import Document, Section, sha256, strip_span
 from pipeline.parse import is_binary, parse
 from pipeline.parse.sections import link_parents, split_large_sections
-from pipeline.sources import SourceFile
+from pipeline.sources import SourceFile, shown
 
 # --------------------------------------------------------------------------------------------- decode
 
@@ -27,7 +27,8 @@ _BOMS = [
 
 
 def decode(data: bytes, uri: str) -> tuple[str, list[str]]:
-    """Bytes to str: BOM, then strict UTF-8, then a detected encoding with a recorded warning."""
+    """Bytes to str: BOM, then UTF-16 without one, then strict UTF-8, then a detected encoding with a
+    recorded warning."""
     warnings: list[str] = []
     for bom, enc in _BOMS:
         if data.startswith(bom):
@@ -37,6 +38,13 @@ def decode(data: bytes, uri: str) -> tuple[str, list[str]]:
                 raise InputError(
                     uri, f"has a {enc} byte-order mark but is not valid {enc} ({exc.reason})"
                 ) from exc
+    if (found := _utf16_without_bom(data)) is not None:
+        enc, text = found
+        warnings.append(
+            f"no byte-order mark; decoded as {enc.upper()} (NUL bytes on every other position) — "
+            "re-save the file as UTF-8 to silence this"
+        )
+        return text, warnings
     if _looks_binary(data):
         raise InputError(uri, "looks like a binary file (NUL bytes or mostly control bytes), not text")
     try:
@@ -100,6 +108,32 @@ def _decodes(data: bytes, enc: str) -> bool:
     return True
 
 
+def _utf16_without_bom(data: bytes) -> tuple[str, str] | None:
+    """(codec, text) of UTF-16 text saved without a byte-order mark, else None.
+
+    Text of Latin letters in UTF-16 has a NUL as the high byte of nearly every code unit, so on one side
+    (odd bytes for little-endian, even for big-endian) and almost never on the other; binary data has NULs
+    anywhere. The pattern, a strict decode and mostly printable characters must all agree. Text with few
+    Latin letters (CJK, Cyrillic) shows no such pattern and stays refused as binary: a bounded guess.
+    """
+    head = data[:8192]
+    if len(data) % 2 or len(head) < 4:
+        return None
+    even, odd = head[0::2], head[1::2]
+    nul_even, nul_odd = even.count(0) / len(even), odd.count(0) / len(odd)
+    for enc, high, low in (("utf-16-le", nul_odd, nul_even), ("utf-16-be", nul_even, nul_odd)):
+        if high < 0.25 or low > 0.02:
+            continue
+        try:
+            text = data.decode(enc)
+        except UnicodeDecodeError:
+            return None
+        sample = text[:4096]
+        printable = sum(1 for ch in sample if ch.isprintable() or ch in "\t\n\r\f")
+        return (enc, text) if printable >= 0.95 * len(sample) else None
+    return None
+
+
 def _looks_binary(data: bytes) -> bool:
     head = data[:8192]
     if b"\x00" in head:
@@ -132,7 +166,7 @@ def normalize(src: SourceFile, data: bytes, *, section_tokens: int = 1024) -> Do
         raise SkipFile(src.uri, "empty file (0 bytes), nothing to index")
     if is_binary(src.doc_type):  # PDF, Word: the parser reads the bytes and returns clean text
         try:
-            parsed = parse(src.doc_type, data, language=src.language, filename=src.path.name)
+            parsed = parse(src.doc_type, data, language=src.language, filename=shown(src.path.name))
         except InputError as exc:  # the parser knows the file name only: say which file, once
             raise InputError(src.uri, exc.reason, stage="normalize") from exc
         except SkipFile as exc:
@@ -140,7 +174,7 @@ def normalize(src: SourceFile, data: bytes, *, section_tokens: int = 1024) -> Do
         warnings = list(parsed.warnings)
     else:
         text, warnings = decode(data, src.uri)
-        parsed = parse(src.doc_type, clean(text), language=src.language, filename=src.path.name)
+        parsed = parse(src.doc_type, clean(text), language=src.language, filename=shown(src.path.name))
     text = parsed.text
     if not text.strip():
         raise SkipFile(src.uri, "no text left after cleaning (whitespace or markup only)")

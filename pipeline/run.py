@@ -8,6 +8,7 @@ passed in (or set for a block of code with `reporting`), never to a module-globa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -36,9 +37,9 @@ from pipeline.model import (
 )
 from pipeline.sources import (
     cut_batches,
-    discover,
     read_bytes,
     source_uri,
+    typed,
     uri_path,
 )
 from pipeline.stages import is_unchanged, router_for
@@ -284,8 +285,17 @@ class Run:
 
     # ------------------------------------------------------------------------------------ the work
 
-    def ingest(self, files: Sequence[str], *, files_per_batch: int, batch_bytes: int | None) -> None:
-        """Skip what is stored unchanged (resume), cut the rest into batches, run them, merge the tallies."""
+    def ingest(
+        self,
+        files: Sequence[str],
+        *,
+        files_per_batch: int,
+        batch_bytes: int | None,
+        roots: Sequence[str] = (),
+    ) -> None:
+        """Skip what is stored unchanged (resume), cut the rest into batches, run them, merge the tallies.
+        `roots`: the folders the files were found under, which every read of them stays in."""
+        self.ctx = dataclasses.replace(self.ctx, roots=tuple(roots), started=time.time())
         self.progress.add_total("files", len(files))
         todo = self.resume(files)
         if not self.ctx.dry_run and store.bulk_load_pays(self.conn, _expected_chunks(todo)):
@@ -332,9 +342,9 @@ class Run:
         for uri, p in by_uri.items():
             old = stored.get(uri)
             if old is not None:
-                found, _, errors = discover([p])
-                try:  # read_bytes refuses pipes and devices: a FIFO must never block the run
-                    data = read_bytes(found[0]) if found and not errors else None
+                found, _ = typed([p], roots=self.ctx.roots)
+                try:  # the one checked open: no pipe blocks the run, no link leaves the folder
+                    data = read_bytes(found[0]) if found else None
                 except Exception:
                     data = None  # the batch reports why
                 if data is not None and is_unchanged(old, data, router):

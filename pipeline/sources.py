@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import stat
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, SkipFile
 
 #: File suffix -> (document type, code language or None).
 SUFFIXES: dict[str, tuple[str, str | None]] = {
@@ -48,25 +50,62 @@ MAX_BYTES = 50 * 1024 * 1024
 
 @dataclass(frozen=True)
 class SourceFile:
-    """One file to ingest: where it is, its stable id, and what kind of document it is."""
+    """One file to ingest: where it is, its stable id, and what kind of document it is.
+
+    `root` is the folder it was found under: a read never leaves it, whatever the file has become since
+    (a link swapped in after discovery). None for a path given directly, or when links are followed.
+    """
 
     path: Path
     uri: str
     doc_type: str
     language: str | None = None
+    root: Path | None = None
 
 
 @dataclass(frozen=True)
 class Skipped:
-    """A file discovery passed over, with the reason shown to the user."""
+    """A file discovery passed over, with the reason shown to the user.
+
+    `forget`: its stored rows must go (a link out of the folder is never indexed, whatever was read before).
+    """
 
     uri: str
     reason: str
+    forget: bool = False
+
+
+class UnlistedFolder(InputError):
+    """A folder discovery could not list: its files are unknown, so what is stored under it is kept.
+
+    `keep` goes into a run's `seen` set: an entry ending in "/" marks every document below it seen.
+    """
+
+    def __init__(self, path: str | Path, why: str) -> None:
+        super().__init__(
+            source_uri(Path(path)),
+            f"cannot list directory ({why}); its stored documents are kept until it can be listed",
+            stage="discover",
+        )
+        self.keep = seen_below(Path(path))
 
 
 def source_uri(path: Path) -> str:
-    """Stable id of a file: its absolute path as a file URI (links are not followed: a link is its own file)."""
+    """Stable id of a file: its absolute path as a file URI (links are not followed: a link is its own file).
+
+    The path's raw bytes are percent-encoded (a name that is not UTF-8 stays exact): `uri_path` inverts it.
+    """
     return Path(os.path.abspath(path)).as_uri()
+
+
+def seen_below(folder: Path) -> str:
+    """The `seen` entry that keeps every stored document under a folder (no file URI ends in "/")."""
+    return source_uri(folder).rstrip("/") + "/"
+
+
+def shown(path: str | Path) -> str:
+    """A path as text for messages and the database: bytes that are not UTF-8 as \\xNN, never a surrogate."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def detect(path: Path) -> tuple[str, str | None] | None:
@@ -80,7 +119,8 @@ def discover(
     """All supported files under the given paths, sorted; unsupported ones skipped, missing ones errors.
 
     A link inside a folder that points outside it is skipped and reported (its target may be anything
-    on the machine) unless `follow_external_links`; a path given directly is always read.
+    on the machine) unless `follow_external_links`; a path given directly is always read. A folder that
+    cannot be listed is an `UnlistedFolder` error.
     """
     found: dict[str, SourceFile] = {}
     skipped: list[Skipped] = []
@@ -88,37 +128,42 @@ def discover(
     for raw in paths:
         root = Path(raw).expanduser()
         if not root.exists() and not root.is_symlink():
-            errors.append(InputError(str(raw), "no such file or directory", stage="discover"))
+            errors.append(InputError(shown(raw), "no such file or directory", stage="discover"))
             continue
-        for path in _walk(root, errors, skipped, follow=follow_external_links):
+        for path, within in _walk(root, errors, skipped, follow=follow_external_links):
             kind = detect(path)
             if kind is None:
                 skipped.append(
-                    Skipped(source_uri(path), f"unsupported file type {path.suffix or '(none)'!r}")
+                    Skipped(source_uri(path), f"unsupported file type {shown(path.suffix) or '(none)'!r}")
                 )
                 continue
-            sf = SourceFile(path=path, uri=source_uri(path), doc_type=kind[0], language=kind[1])
+            sf = SourceFile(path, source_uri(path), kind[0], kind[1], root=within)
             found.setdefault(sf.uri, sf)
     return sorted(found.values(), key=lambda s: s.uri), skipped, errors
 
 
-def _walk(root: Path, errors: list[InputError], skipped: list[Skipped], *, follow: bool) -> Iterator[Path]:
-    """Files below root (or root itself), skipping hidden and tool folders and links that leave root."""
+def _walk(
+    root: Path, errors: list[InputError], skipped: list[Skipped], *, follow: bool
+) -> Iterator[tuple[Path, Path | None]]:
+    """Files below root (or root itself) with the folder their reads must stay in; hidden and tool
+    folders skipped, and links that leave root."""
     if not root.is_dir():
-        yield root  # a file, a broken link or a pipe: read_bytes says what is wrong with it
+        yield root, None  # a file, a broken link or a pipe: read_bytes says what is wrong with it
         return
     real_root = root.resolve()
+    within = None if follow else Path(os.path.abspath(root))
 
     def onerror(exc: OSError) -> None:
-        errors.append(
-            InputError(str(exc.filename), f"cannot list directory ({exc.strerror})", stage="discover")
-        )
+        errors.append(UnlistedFolder(exc.filename, exc.strerror or str(exc)))
 
     def leaves(p: Path) -> Path | None:
-        """The outside target of a link that leaves root; None for anything else."""
-        if not p.is_symlink():
+        """The outside target of a link that leaves root; None for anything else (a loop: read_bytes says)."""
+        try:
+            if not p.is_symlink():
+                return None
+            target = p.resolve()
+        except (RuntimeError, OSError):  # a symlink loop (Python 3.11: RuntimeError), a path too long
             return None
-        target = p.resolve()
         return None if target == real_root or target.is_relative_to(real_root) else target
 
     seen_dirs = {real_root}
@@ -128,13 +173,17 @@ def _walk(root: Path, errors: list[InputError], skipped: list[Skipped], *, follo
             p = Path(dirpath) / d
             if d in SKIP_DIRS or d.startswith("."):
                 continue
-            if p.is_symlink():
-                target = leaves(p)
-                if target is not None and not follow:
-                    skipped.append(Skipped(source_uri(p), _not_followed(target)))
-                    continue
-                if target is None or p.resolve() in seen_dirs:
-                    continue  # inside root it is walked anyway; a cycle is walked once
+            try:
+                if p.is_symlink():
+                    target = leaves(p)
+                    if target is not None and not follow:
+                        skipped.append(Skipped(source_uri(p), _not_followed(target), forget=True))
+                        continue
+                    if target is None or p.resolve() in seen_dirs:
+                        continue  # inside root it is walked anyway; a cycle is walked once
+            except OSError as exc:  # e.g. its path is too long: it cannot be listed either
+                errors.append(UnlistedFolder(p, exc.strerror or str(exc)))
+                continue
             seen_dirs.add(p.resolve())
             keep.append(d)
         dirnames[:] = keep
@@ -144,38 +193,170 @@ def _walk(root: Path, errors: list[InputError], skipped: list[Skipped], *, follo
             p = Path(dirpath) / name
             target = leaves(p) if not follow else None
             if target is not None:
-                skipped.append(Skipped(source_uri(p), _not_followed(target)))
+                skipped.append(Skipped(source_uri(p), _not_followed(target), forget=True))
                 continue
-            yield p
+            yield p, within
 
 
-def _not_followed(target: Path) -> str:
+def _not_followed(target: Path | str) -> str:
     return (
-        f"a link to {target}, outside the folder: not followed "
+        f"a link to {shown(target)}, outside the folder: not followed "
         "(--follow-external-links, or CHUNKYARD_FOLLOW_EXTERNAL_LINKS=1, ingests it)"
     )
 
 
+def root_of(path: str | Path, roots: Sequence[str]) -> Path | None:
+    """The folder a discovered path was found under: the deepest of the run's folders above it (None:
+    a path given directly). Discovery joins names onto the folder as given, so the test is lexical."""
+    ap = os.path.abspath(path)
+    best: str | None = None
+    for r in roots:
+        ar = os.path.abspath(r)
+        if ap.startswith(ar.rstrip("/") + "/") and (best is None or len(ar) > len(best)):
+            best = ar
+    return Path(best) if best is not None else None
+
+
+def typed(
+    paths: Iterable[str | Path], *, roots: Sequence[str] = ()
+) -> tuple[list[SourceFile], list[Skipped]]:
+    """A batch's discovered paths as source files again, with the folder each was found under, without
+    walking anything a second time (the read checks what each path is now)."""
+    files: list[SourceFile] = []
+    skipped: list[Skipped] = []
+    for raw in paths:
+        path = Path(raw)
+        kind = detect(path)
+        if kind is None:
+            skipped.append(
+                Skipped(source_uri(path), f"unsupported file type {shown(path.suffix) or '(none)'!r}")
+            )
+            continue
+        files.append(SourceFile(path, source_uri(path), kind[0], kind[1], root=root_of(path, roots)))
+    return files, skipped
+
+
+def read_folders(paths: Iterable[str | Path], *, follow_external_links: bool = False) -> list[str]:
+    """The folders among a run's paths, as given: the roots reads of their files must stay in."""
+    if follow_external_links:
+        return []
+    return [os.path.abspath(Path(p).expanduser()) for p in paths if Path(p).expanduser().is_dir()]
+
+
+# ---------------------------------------------------------------------------------- the one checked open
+
+#: A file that reads empty while its stored version is not, and was written during the run or this many
+#: seconds before it began, is taken to be caught mid-rewrite (truncated, not yet written): its rows stay
+#: for this run.
+EMPTY_GRACE_S = 60.0
+#: How long to wait before reading such a file a second time.
+EMPTY_PAUSE_S = 0.5
+EMPTY_NOW = (
+    "read as empty (0 bytes) while being rewritten, it seems: its stored version is kept for this run "
+    f"(a file emptied over {EMPTY_GRACE_S:.0f} s before a run began loses its rows)"
+)
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+
+
 def read_bytes(src: SourceFile) -> bytes:
-    """The file's bytes, or an InputError that says why they cannot be read."""
+    """The file's bytes through one checked open, or an InputError that says why they cannot be read.
+
+    Every read of a source file comes here (resume, load, preview): a file under a folder is opened at its
+    real path only if that lies inside the folder, without following a link at the last step, and the
+    kernel's own name of the opened file is checked again (the race: a file swapped for a link after
+    discovery). What was opened must be a regular file under the size limit, and the bytes come from
+    that same descriptor. A link out of the folder is SkipFile, as at discovery. O_NONBLOCK: a FIFO
+    never blocks the run.
+    """
     try:
-        st = src.path.stat()
-        if stat.S_ISDIR(st.st_mode):
-            raise InputError(src.uri, "is a directory, not a file")
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(src.uri, "not a regular file (a pipe, socket or device): nothing to read")
-        size = st.st_size
-        if size > MAX_BYTES:
-            raise InputError(src.uri, f"file is {size / 1e6:.0f} MB, over the {MAX_BYTES // 2**20} MiB limit")
-        return src.path.read_bytes()
-    except InputError:
+        fd = _open_checked(src)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise InputError(src.uri, "is a directory, not a file")
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(src.uri, "not a regular file (a pipe, socket or device): nothing to read")
+            if st.st_size > MAX_BYTES:
+                raise InputError(src.uri, _too_big(st.st_size))
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(MAX_BYTES + 1)
+            if len(data) > MAX_BYTES:  # it grew while being read
+                raise InputError(src.uri, _too_big(len(data)))
+            return data
+        finally:
+            os.close(fd)
+    except (InputError, SkipFile):
         raise
     except FileNotFoundError as exc:
         raise InputError(src.uri, "file vanished or is a broken link") from exc
     except PermissionError as exc:
         raise InputError(src.uri, "permission denied: make the file readable for this user") from exc
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(
+                src.uri, "a symlink loop (a link that leads back to itself): nothing to read"
+            ) from exc
         raise InputError(src.uri, f"cannot read file ({exc.strerror or exc})") from exc
+
+
+def reread_empty(src: SourceFile, *, since: float = 0.0) -> bytes | None:
+    """A file read as 0 bytes whose stored version is not: read once more after a short pause (a writer
+    that truncates, then writes); None if still empty and written during the run (begun at `since`) or
+    EMPTY_GRACE_S before it (mid-rewrite: keep the stored rows for now, the next run sees the truth), else
+    what the second read found (b"": emptied for real, its rows go). Bounded: one pause, one run."""
+    time.sleep(EMPTY_PAUSE_S)
+    data = read_bytes(src)
+    if data:
+        return data
+    try:
+        mtime = os.stat(src.path).st_mtime
+    except OSError:
+        return data
+    begun = min(since or time.time(), time.time())
+    return None if mtime >= begun - EMPTY_GRACE_S else data
+
+
+def _too_big(size: int) -> str:
+    return f"file is {size / 1e6:.0f} MB, over the {MAX_BYTES // 2**20} MiB limit"
+
+
+def _open_checked(src: SourceFile) -> int:
+    """A read-only descriptor of the file, never of something outside `src.root` (see `read_bytes`)."""
+    if src.root is None:  # given directly (or links followed): the user named what it points at
+        st = os.stat(src.path)
+        _refuse_special(src, st.st_mode)
+        return os.open(src.path, _OPEN_FLAGS)
+    real_root = os.path.realpath(src.root)
+    real = os.path.realpath(src.path)
+    if not _inside(real, real_root):
+        raise SkipFile(src.uri, _not_followed(real))
+    _refuse_special(src, os.stat(real).st_mode)  # before opening: a device is never opened at all
+    fd = os.open(real, _OPEN_FLAGS | getattr(os, "O_NOFOLLOW", 0))  # ELOOP if it became a link since
+    opened = _fd_path(fd)  # a folder on the way swapped for a link between realpath and open
+    if opened is not None and not _inside(opened, real_root):
+        os.close(fd)
+        raise SkipFile(src.uri, _not_followed(opened))
+    return fd
+
+
+def _refuse_special(src: SourceFile, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise InputError(src.uri, "is a directory, not a file")
+    if not stat.S_ISREG(mode):
+        raise InputError(src.uri, "not a regular file (a pipe, socket or device): nothing to read")
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _fd_path(fd: int) -> str | None:
+    """The path the kernel holds for an open descriptor (Linux /proc); None where it cannot say."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
 
 
 # ------------------------------------------------------------- which files a run takes, in which batches
@@ -242,9 +423,8 @@ def cut_batches(paths: Sequence[str], *, max_files: int, max_bytes: int | None =
 
 
 def uri_path(uri: str) -> Path | None:
-    """The local path of a file URI; None for any other kind of source."""
-    from urllib.parse import urlparse
-    from urllib.request import url2pathname
+    """The local path of a file URI, to the byte (a name that is not UTF-8 too); None for any other kind."""
+    from urllib.parse import unquote_to_bytes, urlparse
 
     u = urlparse(uri)
-    return Path(url2pathname(u.path)) if u.scheme == "file" else None
+    return Path(os.fsdecode(unquote_to_bytes(u.path))) if u.scheme == "file" else None

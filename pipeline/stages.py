@@ -35,7 +35,7 @@ from pipeline.model import (
     sha256,
 )
 from pipeline.normalize import normalize
-from pipeline.sources import SourceFile, discover, read_bytes
+from pipeline.sources import EMPTY_NOW, SourceFile, read_bytes, reread_empty, typed
 
 # ------------------------------------------------------------------------------------- one batch
 
@@ -112,10 +112,9 @@ def ingest_batch(ctx: RunContext, paths: Sequence[str], progress: Progress | Non
 
 
 def as_sources(b: Batch, paths: Sequence[str]) -> list[SourceFile]:
-    """The batch's paths as typed source files (unsupported ones skipped, missing ones failed)."""
-    files, skipped, errors = discover(paths)
-    for e in errors:
-        b.fail(e.source, Stage(e.stage), e.reason)
+    """The batch's paths as typed source files, each with the folder it was found under (no read leaves
+    it); nothing is walked again: the read says what a path has become since discovery."""
+    files, skipped = typed(paths, roots=b.ctx.roots)
     for s in skipped:
         b.stats.skip(s.uri, s.reason)
         b.stats.seen.add(s.uri)
@@ -133,7 +132,10 @@ def is_unchanged(old: StoredDocument | None, data: bytes, router: Router) -> boo
 
 
 def load(b: Batch, files: Sequence[SourceFile]) -> list[Loaded]:
-    """Read each file; skip the ones stored unchanged."""
+    """Read each file (the one checked open); skip the ones stored unchanged.
+
+    A stored document whose file reads empty is read again after a pause; still empty and written just
+    now, it is a file caught mid-rewrite: its rows stay for this run, with a warning (`reread_empty`)."""
     stored = (
         store.stored_documents(b.conn, b.ctx.collection_id, [f.uri for f in files])
         if b.ctx.collection_id is not None
@@ -144,13 +146,22 @@ def load(b: Batch, files: Sequence[SourceFile]) -> list[Loaded]:
         for src in files:
             b.stats.seen.add(src.uri)
             b.stats.counts["documents_seen"] += 1
+            old = stored.get(src.uri)
             try:
-                data = read_bytes(src)
+                data: bytes | None = read_bytes(src)
+                if not data and old is not None and not old.deleted:
+                    data = reread_empty(src, since=b.ctx.started)
+            except SkipFile as exc:  # a link out of the folder, swapped in after discovery
+                b.stats.skip(src.uri, exc.reason)
+                if old is not None and not old.deleted:
+                    _forget(b, src.uri)
             except InputError as exc:
                 b.fail(src.uri, Stage(exc.stage), exc.reason)
             else:
-                old = stored.get(src.uri)
-                if is_unchanged(old, data, b.router):
+                if data is None:
+                    b.stats.warnings.append((src.uri, EMPTY_NOW))
+                    b.stats.counts["documents_unchanged"] += 1
+                elif is_unchanged(old, data, b.router):
                     b.stats.counts["documents_unchanged"] += 1
                 else:
                     out.append(Loaded(src, data, old))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,7 @@ def test_dry_run_counts_deletions_and_an_emptied_file_loses_its_rows(tmp_path, s
     run_ingest([tmp_path], settings=settings)
     (tmp_path / "gone.md").unlink()
     (tmp_path / "empty.md").write_bytes(b"")
+    os.utime(tmp_path / "empty.md", (time.time() - 3600,) * 2)  # emptied for real, not caught mid-rewrite
     dry, run_id, _ = run_ingest([tmp_path], settings=settings, dry_run=True)
     assert run_id is None and dry.counts["documents_deleted"] == 2  # the vanished one and the emptied one
     assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] == 3  # a dry run deletes nothing

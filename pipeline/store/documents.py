@@ -232,7 +232,8 @@ def prune(
     soft: bool,
     dry_run: bool = False,
 ) -> tuple[int, int]:
-    """Delete (or mark deleted) documents under the given roots that the run did not see.
+    """Delete (or mark deleted) documents under the given roots that the run did not see; a `seen` entry
+    ending in "/" (a folder discovery could not list) counts every document below it as seen.
 
     A dry run only counts what would go: (documents, chunks)."""
     if not roots:
@@ -242,7 +243,8 @@ def prune(
            WHERE collection_id = %s AND deleted_at IS NULL AND (source_uri = ANY(%s) OR source_uri LIKE ANY(%s))""",
         (collection_id, list(roots), [_like_prefix(r) for r in roots]),
     ).fetchall()
-    gone = [doc_id for doc_id, uri in rows if uri not in seen]
+    below = tuple(u for u in seen if u.endswith("/"))  # folders that could not be listed: all kept
+    gone = [doc_id for doc_id, uri in rows if uri not in seen and not uri.startswith(below)]
     if not gone:
         conn.commit()
         return 0, 0
