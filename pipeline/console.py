@@ -164,17 +164,18 @@ def _pages(meta: dict) -> str:
 def status(st: dict) -> None:
     """Collections with their counts and profiles, and the last runs."""
     t = Table(title="collections")
-    for col in ("name", "documents", "sections", "chunks", "model", "profile"):
+    for col in ("name", "documents", "sections", "chunks", "languages", "model", "profile"):
         t.add_column(col)
     for c in st["collections"]:
         prof = ", ".join(
-            f"{k}={v['kind']}/{v.get('size')}" for k, v in c["profile"].items() if isinstance(v, dict)
+            f"{k}={v['kind']}/{v.get('size')}" for k, v in c["profile"].items() if isinstance(v, dict) and "kind" in v
         )
         t.add_row(
             c["name"],
             str(c["documents"]),
             str(c["sections"]),
             str(c["chunks"]),
+            ", ".join(f"{lang or 'no letters'} {n}" for lang, n in c["languages"].items()),
             c["model"].split("/")[-1],
             prof,
         )

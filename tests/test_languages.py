@@ -131,3 +131,28 @@ def test_a_translated_page_is_in_the_language_of_its_prose_not_of_its_code():
     doc = Document("file:///ru/query-params.md", "markdown", text, [Section(0, cut), Section(cut, len(text))])
     language.assign(doc)
     assert doc.lang == "ru" and [s.lang for s in doc.sections] == ["ru", "ru"]
+
+
+def test_the_cli_sets_the_language_and_status_shows_each_collections_languages(tmp_path, database_url):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text(DOCS["en.md"], encoding="utf-8")
+    env = {**os.environ, "CHUNKYARD_DATABASE_URL": database_url, "COLUMNS": "200"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True,
+                              env=env, timeout=600)  # fmt: skip
+
+    bad = cli("ingest", str(folder), "--no-prefect", "--language", "german!")
+    assert bad.returncode == 2 and "--language" in bad.stderr and "Traceback" not in bad.stderr
+    assert cli("ingest", str(folder), "--no-prefect", "-c", "da", "--language", "da").returncode == 0
+    assert cli("ingest", str(folder), "--no-prefect", "-c", "auto").returncode == 0
+    status = json.loads(cli("status", "--json").stdout)
+    langs = {c["name"]: c["languages"] for c in status["collections"]}
+    assert langs == {"da": {"da": 1}, "auto": {"en": 1}}
+    assert "da 1" in cli("status").stdout

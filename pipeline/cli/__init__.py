@@ -44,7 +44,23 @@ def _settings() -> Settings:
     return Settings()
 
 
-def _profile(profile: Path | None, strategy: str | None, params: list[str] | None) -> Profile:
+def _profile(
+    profile: Path | None, strategy: str | None, params: list[str] | None, language: str | None = None
+) -> Profile:
+    """The profile a command runs with: a strategy for every type, or a TOML file, or the default; with
+    --language, that language for every document (instead of the profile's)."""
+    prof = _base_profile(profile, strategy, params)
+    if language is None:
+        return prof
+    from pipeline.language import check_code
+
+    try:
+        return prof.model_copy(update={"language": check_code(language), "languages": {}})
+    except ValueError as exc:
+        raise ConfigError(f"--language: {exc}") from exc
+
+
+def _base_profile(profile: Path | None, strategy: str | None, params: list[str] | None) -> Profile:
     from pipeline.config import load_profile, strategy_profile
 
     if strategy:
@@ -72,6 +88,10 @@ CollectionOpt = Annotated[str, typer.Option("--collection", "-c", callback=_coll
 ProfileOpt = Annotated[Path | None, typer.Option(help="Chunking profile (TOML).")]
 StrategyOpt = Annotated[str | None, typer.Option(help="One strategy for every document type.")]
 ParamOpt = Annotated[list[str] | None, typer.Option(help="Strategy parameter NAME=VALUE (repeatable).")]
+LanguageOpt = Annotated[
+    str | None,
+    typer.Option(help="The documents' language (ISO 639-1: de, da, zh, ...) instead of detecting it ('auto')."),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")]
 FollowOpt = Annotated[
     bool | None,
@@ -170,6 +190,7 @@ def ingest(
     profile: ProfileOpt = None,
     strategy: StrategyOpt = None,
     param: ParamOpt = None,
+    language: LanguageOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
     prune: Annotated[bool, typer.Option(help="Delete rows of files gone from the given folders.")] = True,
     soft_delete: Annotated[
@@ -182,7 +203,7 @@ def ingest(
     as_json: JsonOpt = False,
 ) -> None:
     """Load, normalize, chunk, embed and store documents; only changed sections are re-embedded."""
-    prof = _profile(profile, strategy, param)
+    prof = _profile(profile, strategy, param, language)
     params = {
         "paths": [str(p) for p in paths],
         "collection": collection,
@@ -209,6 +230,7 @@ def backfill(
     profile: ProfileOpt = None,
     strategy: StrategyOpt = None,
     param: ParamOpt = None,
+    language: LanguageOpt = None,
     since: Annotated[datetime | None, typer.Option(help="Only files modified at or after this time.")] = None,
     until: Annotated[datetime | None, typer.Option(help="Only files modified before this time.")] = None,
     prune: Annotated[
@@ -225,7 +247,7 @@ def backfill(
     params = {
         "sources": sources,
         "collection": collection,
-        "profile": _profile(profile, strategy, param).as_json(),
+        "profile": _profile(profile, strategy, param, language).as_json(),
         "modified_since": since,
         "modified_until": until,
         "prune": prune,

@@ -214,7 +214,10 @@ def status(conn: psycopg.Connection, *, runs: int = 5) -> dict:
                   (SELECT count(*) FROM documents d WHERE d.collection_id = c.id AND d.deleted_at IS NULL),
                   (SELECT count(*) FROM sections s JOIN documents d ON d.id = s.document_id
                     WHERE d.collection_id = c.id AND d.deleted_at IS NULL),
-                  (SELECT count(*) FROM chunks k WHERE k.collection_id = c.id)
+                  (SELECT count(*) FROM chunks k WHERE k.collection_id = c.id),
+                  (SELECT coalesce(jsonb_object_agg(x.language, x.n ORDER BY x.n DESC, x.language), '{}')
+                   FROM (SELECT d.language, count(*) AS n FROM documents d
+                         WHERE d.collection_id = c.id AND d.deleted_at IS NULL GROUP BY 1) x)
            FROM collections c ORDER BY c.name"""
     ).fetchall()
     last = conn.execute(
@@ -236,7 +239,7 @@ def status(conn: psycopg.Connection, *, runs: int = 5) -> dict:
         "collections": [
             dict(
                 zip(
-                    ("name", "model", "profile", "updated_at", "documents", "sections", "chunks"),
+                    ("name", "model", "profile", "updated_at", "documents", "sections", "chunks", "languages"),
                     r,
                     strict=True,
                 )
