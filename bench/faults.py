@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01" + bytes(range(256)) * 4
+#: The per-file time bound of the bad-input run (CHUNKYARD_FILE_TIMEOUT_S): every other case is well within.
+BAD_TIMEOUT_S = 20
 PROSE = (ROOT / "examples" / "docs" / "getting-started.md").read_text(encoding="utf-8")
 
 
@@ -183,6 +185,13 @@ def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
     """(name, file name, make, expected): expected is ok | warning | skipped | ignored | error:<text>."""
     big_line = "word " * 400_000
     fence = "# Fence\n\n```python\n" + "".join(f"x_{i} = {i}\n" for i in range(20_000)) + "```\n"
+    # issue 29, defect 9: 1,500 nested defs (4.5 MB) ran for over 20 minutes in the code chunker
+    nested = (
+        "".join("    " * i + f"def f{i}(x{i}, y={i}):\n" for i in range(1500)) + "    " * 1500 + "return 1\n"
+    )
+    # about a minute of parse and chunk, against the bad run's bound of BAD_TIMEOUT_S
+    para = "The quick brown fox jumps over the lazy dog near the riverbank, again and again. " * 8 + "\n\n"
+    slow = para * (48 * 2**20 // len(para))
 
     def w(text: str, enc: str = "utf-8") -> Callable[[Path], None]:
         return lambda p: p.write_bytes(text.encode(enc))
@@ -255,6 +264,8 @@ def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
         ("heading only", "heading.md", w("# Just a heading\n"), "ok"),
         ("5,000 headings", "headings.md", w("".join(f"## H{i}\n\nline {i}\n\n" for i in range(5000))), "ok"),
         ("python syntax errors", "broken.py", w("def f(:\n    return ((\nclass\n"), "ok"),
+        ("Python nested 1,500 deep (4.5 MB)", "nested.py", w(nested), "ok"),
+        (f"48 MB text over the {BAD_TIMEOUT_S} s file bound", "slow.txt", w(slow), "error:took over"),
         ("minified JS, one 1 MB line", "min.js", w("var a=1;" * 130_000), "ok"),
         ("empty TypeScript", "empty.ts", b(b""), "skipped"),
         ("chat log", "chat.txt", w("".join(f"Alice: message {i}\nBob: reply {i}\n" for i in range(200))), "ok"),
@@ -288,7 +299,7 @@ def bad_inputs(bench: Bench) -> None:
         (d / g).write_text(PROSE, encoding="utf-8")
     url = bench.create_db("bad")
     # first ingest good versions under the names that will turn bad: their rows must survive
-    keep = ["picture.md", "nul.txt", "pipe.md"]
+    keep = ["picture.md", "nul.txt", "pipe.md", "slow.txt"]
     for name in keep:
         (d / name).write_text(f"# Was fine\n\nThe old text of {name} about walruses.\n", encoding="utf-8")
     code, _, err = run_cli(url, "ingest", str(d), "--no-prefect", "-c", "bad")
@@ -297,7 +308,10 @@ def bad_inputs(bench: Bench) -> None:
     for _, name, make, _ in cases:
         make(d / name)
     t0 = time.perf_counter()
-    code, out, err = run_cli(url, "ingest", str(d), "--no-prefect", "-c", "bad", "--json", timeout=900)
+    code, out, err = run_cli(
+        url, "ingest", str(d), "--no-prefect", "-c", "bad", "--json", timeout=900,
+        env={"CHUNKYARD_FILE_TIMEOUT_S": str(BAD_TIMEOUT_S)},
+    )  # fmt: skip
     whole = time.perf_counter() - t0
     bench.record("bad input", "whole folder: exit 1, no traceback, < 15 min", code == 1 and "Traceback" not in err + out,
                  t0, f"exit {code}; {whole:.0f} s")  # fmt: skip
