@@ -8,9 +8,9 @@ the file it is on runs past `file_timeout_s` (parse and chunk together) or the w
 `file_max_mb`. That file fails with an `InputError` naming the bound; a fresh worker goes on with the rest.
 
 Workers are fresh interpreters (never forked from a process that holds threads and connections), kept
-for later batches of the process (a pool: one per batch running at once); one is started as a batch
-begins, so its imports overlap the batch's loading. Both bounds at 0 run everything in-process, unbounded
-(for debugging).
+for later batches of the process (a pool: one per batch running at once), started at a batch's first
+file to parse (a no-change run starts none). Both bounds at 0 run everything in-process, unbounded (for
+debugging).
 """
 
 from __future__ import annotations
@@ -275,10 +275,7 @@ class FileGuard:
 @contextlib.contextmanager
 def file_guard(bound: Bound | None = None) -> Iterator[FileGuard]:
     """A guard for one batch; its worker goes back to the pool afterwards."""
-    g = FileGuard(bound or Bound.from_settings())
-    if not g.bound.in_process:
-        g._worker = _checkout()  # starts importing now, while the batch's files are read
-        g.started += 1
+    g = FileGuard(bound or Bound.from_settings())  # a worker is started (or taken) at the first file
     try:
         yield g
     finally:
