@@ -1,7 +1,7 @@
 """Faults, races and hostile input against the real CLI and a real Postgres; prints a table of cases.
 
     python bench/faults.py                      # everything: bad inputs, 50 SIGKILLs, restarts, concurrency
-    python bench/faults.py --kills 10 --restarts 2 --only bad,kill,restart,concurrent,fence,security,lock,signals
+    python bench/faults.py --kills 10 --restarts 2 --only bad,bound,kill,restart,concurrent,fence,security,lock,signals
 
 Never part of the test suite (minutes of model loads). Each case runs `chunkyard ingest --no-prefect` (or
 the flow with --prefect-kills) in a subprocess against its own database on a throwaway embedded server,
@@ -34,6 +34,9 @@ sys.path.insert(0, str(ROOT / "tests"))  # make_files: the hostile files, built 
 from make_files import page_count_pdf, with_forged_member  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01" + bytes(range(256)) * 4
+#: The per-file time bound of the bad-input run (CHUNKYARD_FILE_TIMEOUT_S): every other case is well within.
+#: The per-file bound of the run over a file that needs about a minute to parse and chunk (file_bound).
+SLOW_TIMEOUT_S = 5
 PROSE = (ROOT / "examples" / "docs" / "getting-started.md").read_text(encoding="utf-8")
 
 
@@ -204,6 +207,10 @@ def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
     """(name, file name, make, expected): expected is ok | warning | skipped | ignored | error:<text>."""
     big_line = "word " * 400_000
     fence = "# Fence\n\n```python\n" + "".join(f"x_{i} = {i}\n" for i in range(20_000)) + "```\n"
+    # issue 29, defect 9: 1,500 nested defs (4.5 MB) ran for over 20 minutes in the code chunker
+    nested = (
+        "".join("    " * i + f"def f{i}(x{i}, y={i}):\n" for i in range(1500)) + "    " * 1500 + "return 1\n"
+    )
 
     def w(text: str, enc: str = "utf-8") -> Callable[[Path], None]:
         return lambda p: p.write_bytes(text.encode(enc))
@@ -282,6 +289,7 @@ def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
         ("heading only", "heading.md", w("# Just a heading\n"), "ok"),
         ("5,000 headings", "headings.md", w("".join(f"## H{i}\n\nline {i}\n\n" for i in range(5000))), "ok"),
         ("python syntax errors", "broken.py", w("def f(:\n    return ((\nclass\n"), "ok"),
+        ("Python nested 1,500 deep (4.5 MB)", "nested.py", w(nested), "ok"),
         ("minified JS, one 1 MB line", "min.js", w("var a=1;" * 130_000), "ok"),
         ("empty TypeScript", "empty.ts", b(b""), "skipped"),
         ("chat log", "chat.txt", w("".join(f"Alice: message {i}\nBob: reply {i}\n" for i in range(200))), "ok"),
@@ -457,6 +465,32 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
     stored, _ = stored_now()
     bench.record("bad input", "prune keeps a name that is not UTF-8", code == 0 and name in stored, t,
                  f"exit {code} {err.strip()[-120:]}")  # fmt: skip
+
+
+def file_bound(bench: Bench) -> None:
+    """A file that needs about a minute to parse and chunk, against a per-file bound of SLOW_TIMEOUT_S: it
+    fails with its name and the bound, its old rows stay, the good file beside it is stored."""
+    import psycopg
+
+    d = bench.tmp / "bound"
+    d.mkdir(parents=True)
+    (d / "good.md").write_text(PROSE, encoding="utf-8")
+    (d / "slow.txt").write_text("# Was small\n\nThe old text of slow.txt about walruses.\n", encoding="utf-8")
+    url = bench.create_db("bound")
+    run_cli(url, "ingest", str(d), "--no-prefect", "-c", "bound")
+    para = "The quick brown fox jumps over the lazy dog near the riverbank, again and again. " * 8 + "\n\n"
+    (d / "slow.txt").write_text(para * (48 * 2**20 // len(para)), encoding="utf-8")
+    (d / "good.md").write_text(PROSE + "\n\nA new closing paragraph about herons.\n", encoding="utf-8")
+    t0 = time.perf_counter()
+    code, out, err = run_cli(url, "ingest", str(d), "--no-prefect", "-c", "bound", "--json",
+                             env={"CHUNKYARD_FILE_TIMEOUT_S": str(SLOW_TIMEOUT_S)})  # fmt: skip
+    errors = {Path(u).name: m for u, _, m in json.loads(out)["errors"]} if out.strip().startswith("{") else {}
+    with psycopg.connect(url) as c:
+        old = c.execute("SELECT count(*) FROM chunks WHERE text LIKE '%%walruses%%'").fetchone()[0]
+        herons = c.execute("SELECT count(*) FROM chunks WHERE text LIKE '%%herons%%'").fetchone()[0]
+    bench.record("bound", f"48 MB text over a {SLOW_TIMEOUT_S} s file bound", code == 1
+                 and "took over" in errors.get("slow.txt", "") and old > 0 and herons > 0, t0,
+                 f"exit {code}; {errors.get('slow.txt', err.strip()[-100:])}; old rows {old}; good stored {herons > 0}")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- kills, restarts
@@ -841,7 +875,7 @@ def main() -> None:
     ap.add_argument("--prefect-kills", type=int, default=3, help="kills of the Prefect path (slower)")
     ap.add_argument("--restarts", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--only", default="bad,fence,security,kill,restart,concurrent,lock,signals")
+    ap.add_argument("--only", default="bad,bound,fence,security,kill,restart,concurrent,lock,signals")
     args = ap.parse_args()
     only = set(args.only.split(","))
     os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
@@ -857,6 +891,8 @@ def main() -> None:
             bad_inputs(bench)
         if "fence" in only:
             fence_growth(bench)
+        if "bound" in only:
+            file_bound(bench)
         if "security" in only:
             security(bench)
         if only & {"kill", "restart", "concurrent", "lock", "signals"}:

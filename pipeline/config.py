@@ -91,6 +91,18 @@ class Settings(BaseSettings):
     pdf_max_decompressed_mb: int = Field(
         default=1024, ge=1, description="A PDF whose streams inflate to more than this is refused (a bomb)."
     )
+    file_timeout_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="Seconds one file may take to parse and chunk (in a worker process); a file over it "
+        "fails and the run goes on. 0 = no time bound; with file_max_mb 0 too, files are parsed in-process.",
+    )
+    file_max_mb: int = Field(
+        default=2048,
+        ge=0,
+        description="MiB of memory (RSS) the worker parsing and chunking a file may hold; a file over it "
+        "fails and the run goes on. 0 = no memory bound.",
+    )
 
     @property
     def pgdata(self) -> Path:

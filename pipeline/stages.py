@@ -8,7 +8,7 @@ is recorded in `ingest_errors` at once (pgai's pattern), so a crash later in the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from pipeline.chunkers.router import Router
 from pipeline.config import Profile
 from pipeline.embed import embed_with_cache, get_embedder
 from pipeline.errors import ConcurrentUpdate, InputError, SkipFile, TransientError
+from pipeline.guard import READY, Bound, FileGuard, file_guard
 from pipeline.incremental import fingerprint, plan_sections
 from pipeline.model import (
     Chunk,
@@ -49,6 +50,8 @@ class Batch:
     router: Router
     stats: Stats
     progress: Progress
+    #: runs each file's parse and chunk within the time and memory bound (`pipeline.guard`)
+    guard: FileGuard = field(default_factory=lambda: FileGuard(Bound(0, 0)))
 
     def fail(self, uri: str, stage: Stage, message: str) -> None:
         """Count a failed file and write its ingest_errors row now."""
@@ -102,8 +105,8 @@ def ingest_batch(ctx: RunContext, paths: Sequence[str], progress: Progress | Non
     stats = Stats()
     if not paths:
         return stats
-    with db.connection(ctx.url) as conn:
-        b = Batch(conn, ctx, router_for(ctx), stats, progress or NoProgress())
+    with db.connection(ctx.url) as conn, file_guard() as guard:
+        b = Batch(conn, ctx, router_for(ctx), stats, progress or NoProgress(), guard)
         files = as_sources(b, paths)
         work = diff(b, parse(b, load(b, files)))
         work = chunk(b, work)
@@ -170,23 +173,24 @@ def load(b: Batch, files: Sequence[SourceFile]) -> list[Loaded]:
 
 
 def parse(b: Batch, loaded: Sequence[Loaded]) -> list[Parsed]:
-    """Decode, clean and parse each file into a Document with its sections."""
+    """Decode, clean and parse each file into a Document with its sections (within the file bound)."""
     profile = b.router.profile
     out: list[Parsed] = []
     with b.stats.timed("normalize"):
-        for item in loaded:
-            src = item.src
-            try:
-                doc = read_document(src, item.data, profile)
-            except SkipFile as exc:
+        items = [(i.src, i.data, profile) for i in loaded]
+        results = b.guard.run(parse_files, None, items, [i.src.uri for i in loaded])
+        for item, res in zip(loaded, results, strict=True):
+            src, exc = item.src, res.error
+            if isinstance(exc, SkipFile):
                 b.stats.skip(src.uri, exc.reason)
                 if item.old is not None and not item.old.deleted:
                     _forget(b, src.uri)  # its old text must not stay searchable
-            except InputError as exc:
+            elif isinstance(exc, InputError):
                 b.fail(src.uri, Stage.NORMALIZE, exc.reason)
-            except Exception as exc:  # a parser bug must not take the run down with it
+            elif exc is not None:  # a parser bug must not take the run down with it
                 b.fail(src.uri, Stage.NORMALIZE, f"could not parse: {type(exc).__name__}: {exc}")
             else:
+                doc = res.value
                 b.stats.warnings += [(src.uri, w) for w in doc.warnings]
                 out.append(Parsed(src, doc, item.old))
             b.progress.advance("normalize")
@@ -198,6 +202,18 @@ def read_document(src: SourceFile, data: bytes, profile: Profile) -> Document:
     doc = normalize(src, data, section_tokens=profile.section_tokens_for(src.doc_type))
     language.assign(doc, setting=profile.language, by_path=profile.languages)
     return doc
+
+
+def parse_files(
+    _shared: None, items: Sequence[tuple[SourceFile, bytes, Profile]], _prepare: bool
+) -> Iterator[object]:
+    """The guard's job for `parse` (in a worker, or in-process): READY, then (document, error) per file."""
+    yield READY
+    for src, data, profile in items:
+        try:
+            yield read_document(src, data, profile), None
+        except Exception as exc:  # noqa: BLE001 - reported for this file by `parse`
+            yield None, exc
 
 
 def _forget(b: Batch, uri: str) -> None:
@@ -228,35 +244,68 @@ def diff(b: Batch, parsed: Sequence[Parsed]) -> list[Work]:
 
 
 def chunk(b: Batch, work: Sequence[Work]) -> list[Work]:
-    """Chunk the new or changed sections; a chunker failure fails that document only."""
+    """Chunk the new or changed sections (within the file bound); a chunker failure fails that document only."""
+    out: list[Work] = []
+    with b.stats.timed("chunk"):
+        shared = (b.ctx.profile, b.ctx.chunk_model or b.ctx.model, b.ctx.model_limit)
+        items = [(w.doc, w.plan.new) for w in work]
+        results = b.guard.run(chunk_files, shared, items, [w.doc.uri for w in work])
+        for w, res in zip(work, results, strict=True):
+            exc = res.error
+            if isinstance(exc, InputError):  # over the file bound
+                b.fail(w.doc.uri, Stage.CHUNK, exc.reason)
+            elif exc is not None:
+                b.fail(w.doc.uri, Stage.CHUNK, f"chunker failed: {type(exc).__name__}: {exc}")
+            else:
+                w.chunks = res.value
+                out.append(w)
+            b.progress.advance("chunk")
+    return out
+
+
+#: The routers `chunk_files` built, by (profile, model, limit): kept for later batches of the process.
+_ROUTERS: dict[str, Router] = {}
+
+
+def chunk_files(
+    shared: tuple[dict, str, int | None], items: Sequence[tuple[Document, Sequence[int]]], prepare: bool
+) -> Iterator[object]:
+    """The guard's job for `chunk`: READY once shared work is done, then (chunks by section, error) per
+    document. With `prepare`, each chunker's shared work for all the documents is done once first
+    (semantic: all sentences embedded in one call); if that fails, each document is chunked on its own."""
+    import json
     from contextlib import ExitStack, suppress
 
     from pipeline.chunkers.base import Chunker
 
-    out: list[Work] = []
-    with b.stats.timed("chunk"), ExitStack() as stack:
-        # the batch's documents per chunker, so shared work (semantic: all sentences embedded in one
-        # call) is done once; if that fails, each document is chunked on its own below
-        by_chunker: dict[int, tuple[Chunker, list[tuple[Document, Sequence[int]]]]] = {}
-        for w in work:
+    profile, model, limit = shared
+    key = json.dumps([profile, model, limit], sort_keys=True)
+    router = _ROUTERS.get(key)
+    if router is None:
+        if len(_ROUTERS) > 8:
+            _ROUTERS.clear()
+        router = _ROUTERS[key] = Router(Profile.model_validate(profile), model=model, model_limit=limit)
+    for doc, _ in items:  # the chunkers are built (tokenizers loaded) before any document's clock starts
+        with suppress(Exception):
+            router.chunker_for(doc.doc_type)
+    with ExitStack() as stack:
+        if prepare:
+            by_chunker: dict[int, tuple[Chunker, list[tuple[Document, Sequence[int]]]]] = {}
+            for doc, new in items:
+                try:
+                    ch = router.chunker_for(doc.doc_type)
+                except Exception:  # noqa: BLE001 - reported for that document below
+                    continue
+                by_chunker.setdefault(id(ch), (ch, []))[1].append((doc, new))
+            for ch, batch in by_chunker.values():
+                with suppress(Exception):  # the documents are then chunked (and fail) one by one
+                    stack.enter_context(ch.batch(batch))
+        yield READY
+        for doc, new in items:
             try:
-                ch = b.router.chunker_for(w.doc.doc_type)
-            except Exception:  # noqa: BLE001 - reported for that document below
-                continue
-            by_chunker.setdefault(id(ch), (ch, []))[1].append((w.doc, w.plan.new))
-        for ch, items in by_chunker.values():
-            with suppress(Exception):  # the documents are then chunked (and fail) one by one
-                stack.enter_context(ch.batch(items))
-        for w in work:
-            try:
-                chunker = b.router.chunker_for(w.doc.doc_type)
-                w.chunks = chunker.chunk_sections(w.doc, w.plan.new)
-            except Exception as exc:
-                b.fail(w.doc.uri, Stage.CHUNK, f"chunker failed: {type(exc).__name__}: {exc}")
-            else:
-                out.append(w)
-            b.progress.advance("chunk")
-    return out
+                yield router.chunker_for(doc.doc_type).chunk_sections(doc, new), None
+            except Exception as exc:  # noqa: BLE001 - reported for this document by `chunk`
+                yield None, exc
 
 
 def embed(b: Batch, work: Sequence[Work]) -> Embedded:

@@ -123,6 +123,9 @@ def test_bad_pdfs_are_named_with_a_reason_and_the_run_goes_on(tmp_path, settings
     monkeypatch.setenv("CHUNKYARD_PDF_MAX_PAGES", "5")
     monkeypatch.setenv("CHUNKYARD_PDF_MAX_DECOMPRESSED_MB", "1")
     monkeypatch.setattr(pdf_ocr, "available", lambda: False)
+    # in-process, so that the patch above reaches the parser (not a file worker's fresh interpreter)
+    monkeypatch.setenv("CHUNKYARD_FILE_TIMEOUT_S", "0")
+    monkeypatch.setenv("CHUNKYARD_FILE_MAX_MB", "0")
     stats = run_ingest([folder], settings=settings).stats
     errors = {Path(u).name: msg for u, _stage, msg in stats.errors}
     assert "encrypted PDF needs a password" in errors["locked.pdf"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -58,8 +59,10 @@ _GLUE_LINE = re.compile(r"^\s*(?:#|//|/\*|\*|@|///|--)")
 class _Parsed:
     """One parse of a file: the tree, offset maps, imports, and scope contexts computed on demand."""
 
-    def __init__(self, text: str, lang: str) -> None:
+    def __init__(self, text: str, lang: str, *, weigh: Callable[[str], int], keep: int) -> None:
+        """`weigh` counts a signature's word pieces; a chain stops growing once it holds over `keep`."""
         self.text, self.lang = text, lang
+        self._weigh, self._keep = weigh, keep
         self.tree, data, self.b2c = parse_tree(text, lang)
         if len(data) == len(text):
             self.c2b: Callable[[int], int] = lambda c: c
@@ -69,12 +72,21 @@ class _Parsed:
                 cum.append(cum[-1] + len(ch.encode("utf-8")))
             self.c2b = cum.__getitem__
         wanted = IMPORTS.get(lang, set())
+        top = self.tree.root_node.children
+        #: the top-level nodes and their character ends (in order, so a section's are found by bisection)
+        self.top, self.top_ends = top, [self.end(n) for n in top]
         self.imports = [
             (self.start(n), " ".join(text[self.start(n) : self.end(n)].split()))
-            for n in self.tree.root_node.children
+            for n in top
             if n.type in wanted
         ]
-        self.scopes: dict[int, list[str]] = {}
+        self.scopes: dict[int, tuple[list[str], bool]] = {}
+        #: per node id: the (start byte, signature) of the scopes enclosing it and itself, outermost first,
+        #: and their word pieces; no more once they weigh over `keep` (a node's chain is its parent's plus
+        #: its own: built once)
+        self._chains: dict[int, tuple[tuple[tuple[int, str], ...], int]] = {}
+        #: syntax nodes visited to build chains (a measure of work for the tests: linear in the file)
+        self.steps = 0
 
     def start(self, node) -> int:
         return self.b2c(node.start_byte)
@@ -82,10 +94,44 @@ class _Parsed:
     def end(self, node) -> int:
         return self.b2c(node.end_byte)
 
-    def signatures(self, pos: int) -> list[str]:
-        """First lines of the scopes (class, function) that enclose `pos` and start before it."""
-        if pos in self.scopes:
-            return self.scopes[pos]
+    def signatures(self, pos: int) -> tuple[list[str], bool]:
+        """First lines of the scopes (class, function) that enclose `pos` and start before it, outermost
+        first, and whether more may have been left off (the outermost that weigh over `keep` are kept).
+
+        Each node's chain is built once from its parent's, so nesting N deep costs O(N) rather than a walk
+        to the root (itself O(depth) per step in tree-sitter) and an N-line context for every span.
+        """
+        found = self.scopes.get(pos)
+        if found is not None:
+            return found
+        b = self.c2b(pos)
+        node = self.tree.root_node.descendant_for_byte_range(b, b)
+        chain, weight = self._chain(node)
+        # a scope that starts at pos does not enclose it (nor do scopes inside it)
+        found = self.scopes[pos] = ([sig for s, sig in chain if s < b], weight > self._keep)
+        return found
+
+    def _chain(self, node) -> tuple[tuple[tuple[int, str], ...], int]:
+        """(start byte, signature) of the scopes from the root down to `node` included, capped; their weight."""
+        chains = self._chains
+        path = []
+        while node is not None and node.id not in chains:
+            path.append(node)
+            node = node.parent
+            self.steps += 1
+        chain, weight = chains[node.id] if node is not None else ((), 0)
+        kinds = SCOPES.get(self.lang, set())
+        for n in reversed(path):
+            if n.type in kinds and weight <= self._keep:
+                s = self.start(n)
+                e = self.text.find("\n", s)
+                sig = self.text[s : e if e >= 0 else len(self.text)].strip()[:160]
+                chain, weight = (*chain, (n.start_byte, sig)), weight + self._weigh(sig)
+            chains[n.id] = chain, weight
+        return chain, weight
+
+    def all_signatures(self, pos: int) -> list[str]:
+        """`signatures`, every one of them (the old walk to the root: for the rare context that needs it)."""
         b = self.c2b(pos)
         node = self.tree.root_node.descendant_for_byte_range(b, b)
         kinds = SCOPES.get(self.lang, set())
@@ -96,8 +142,7 @@ class _Parsed:
                 e = self.text.find("\n", s)
                 sigs.append(self.text[s : e if e >= 0 else len(self.text)].strip()[:160])
             node = node.parent
-        self.scopes[pos] = sigs[::-1]
-        return self.scopes[pos]
+        return sigs[::-1]
 
 
 @register
@@ -122,7 +167,7 @@ class CodeChunker(Chunker):
             hit = self._cache.get(key)
             if hit is not None and hit.text is doc.text:
                 return hit
-        p = _Parsed(doc.text, lang)
+        p = _Parsed(doc.text, lang, weigh=self.model_counter.count, keep=2 * self.context_tokens)
         with self._lock:
             self._cache[key] = p
             while len(self._cache) > 4:
@@ -138,7 +183,11 @@ class CodeChunker(Chunker):
             pieces = recursive_spans(doc.text, section.start, section.end, fits, CODE_SEPARATORS)
             return self.pack(doc, section, pieces, fits=fits)
         a, b = section.start, section.end
-        nodes = [n for n in p.tree.root_node.children if p.end(n) > a and p.start(n) < b]
+        nodes = []
+        for n in p.top[bisect_right(p.top_ends, a) :]:  # the top-level nodes that overlap the section
+            if p.start(n) >= b:
+                break
+            nodes.append(n)
         pieces: list[Span] = []
         for x, y in self._cut(p, a, b, nodes, fits):
             x, y = strip_span(doc.text, x, y)
@@ -184,8 +233,12 @@ class CodeChunker(Chunker):
             return clip_context(self.model, MAX_CONTEXT_TOKENS, base) if base else base
         name = section.heading_path[0] if section.heading_path else doc.title or doc.uri.rsplit("/", 1)[-1]
         head = [f"# {name}"] if name else []
-        sigs = p.signatures(span[0])
+        sigs, capped = p.signatures(span[0])
         budget = self.context_tokens - self.model_counter.count("\n".join(head + sigs))
+        if capped and budget >= -self.context_tokens:
+            # the kept signatures must outweigh the clip twice over, or the left-off ones could show
+            sigs = p.all_signatures(span[0])
+            budget = self.context_tokens - self.model_counter.count("\n".join(head + sigs))
         imports: list[str] = []
         for pos, line in p.imports:
             if span[0] <= pos < span[1]:  # already in the text itself
