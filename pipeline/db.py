@@ -235,6 +235,9 @@ def migrate(conn: psycopg.Connection) -> list[str]:
             if applied_now or done.get(FUNCTIONS_VERSION) != checksum:
                 for body in bodies:
                     conn.execute(body)
+                # BM25 statistics a migration marked stale (fts_chunks NULL), recounted by the current function
+                if conn.execute("SELECT to_regprocedure('chunkyard_refresh_fts_stats(bigint)')").fetchone()[0]:
+                    conn.execute("SELECT chunkyard_refresh_fts_stats(id) FROM collections WHERE fts_chunks IS NULL")
                 conn.execute(
                     """INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, 'functions/*.sql', %s)
                        ON CONFLICT (version) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()""",

@@ -199,6 +199,8 @@ def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
             "Handbook > Security", "'handbook':1 'key':4 'rotat':3 'secur':2"
         )
         assert c.execute("SELECT fts_chunks, fts_len_total FROM collections").fetchone() == (1, 4)
+        # version 12: stored chunks were analysed as English, and stay so (recounted after the migration)
+        assert c.execute("SELECT k.language, c.languages FROM chunks k, collections c").fetchone() == ("en", ["en"])
         (hit,) = store.search(c, "old", None, k=1, query_text="security", mode="fulltext")
         assert hit.text == "Rotating keys"
         n = c.execute("SELECT count(*) FROM pg_proc WHERE proname = 'chunkyard_hybrid_search'").fetchone()[0]
