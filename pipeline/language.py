@@ -1,11 +1,12 @@
 """The natural language of a document and of each of its sections (ISO 639-1 codes), detected offline.
 
-CLD2 (pycld2, Apache-2.0: Chromium's compact language detector) reads 80+ languages from the bytes in
-microseconds per kilobyte and loads nothing at start-up; it reports the top three languages of a text
-with their shares, which tells a mixed document from a plain one. Compared on this project's multilingual
-dev set and the sample corpus (README "Languages"): py3langid needs ~4 s to load its model in every worker
-and knows no shares; lingua is the most accurate on short texts but takes ~30 s to build its detector.
-Documents and sections are long enough for CLD2.
+CLD2 (pycld2, Apache-2.0: Chromium's compact language detector) reads 80+ languages at megabytes per
+second and loads nothing at start-up; it reports the top three languages of a text with their shares,
+which tells a mixed document from a plain one. Compared on the multilingual dev set's 100 pages and their
+1,987 paragraphs (docs/languages.md): every detector is right on every page; on paragraphs CLD2 is right on
+95.5% (98.3% of the 94% it calls reliable, the only ones used for a section), py3langid on 99.8% but loads
+its model for ~2 s in every process (the CLI, each parse worker) and runs 6x slower; lingua is as accurate
+and 300x slower.
 
 The language decides a section's full-text configuration (SQL `chunkyard_fts_config`: stemming and stop
 words, CJK bigrams) and its sentence boundaries. A profile or the CLI may set it instead (`language`).
