@@ -502,8 +502,14 @@ def test_semantic_chunk_stage_embeds_a_whole_batch_in_one_call():
         SimpleNamespace(doc=topics, plan=SimpleNamespace(new=[0]), chunks={}),
     ]
     failed: list[str] = []
-    batch = SimpleNamespace(
-        router=SimpleNamespace(chunker_for=lambda doc_type: chunker),
+    from pipeline.config import DEFAULT_MODEL, Profile
+    from pipeline.guard import Bound, FileGuard
+
+    profile = Profile(markdown=SemanticConfig(size=100), text=SemanticConfig(size=100))
+    stages._ROUTERS.clear()  # chunkers built by an earlier test would hold their own embedder
+    batch = SimpleNamespace(  # in-process (both bounds 0): the spy below sees the chunk stage's calls
+        ctx=SimpleNamespace(profile=profile.as_json(), chunk_model=None, model=DEFAULT_MODEL, model_limit=None),
+        guard=FileGuard(Bound(0, 0)),
         stats=SimpleNamespace(timed=lambda name: mock.MagicMock()),
         progress=SimpleNamespace(advance=lambda *a: None),
         fail=lambda uri, stage, msg: failed.append(msg),

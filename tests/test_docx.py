@@ -171,6 +171,9 @@ def test_a_member_whose_size_is_forged_under_the_limit_is_named(tmp_path):
 
 def test_a_forged_docx_fails_alone_and_a_good_one_beside_it_is_stored(tmp_path, settings, monkeypatch):
     monkeypatch.setattr(docx_parser, "MAX_UNZIPPED_MB", 4)
+    # parsed in this process (both file bounds off), where the lowered limit applies
+    monkeypatch.setenv("CHUNKYARD_FILE_TIMEOUT_S", "0")
+    monkeypatch.setenv("CHUNKYARD_FILE_MAX_MB", "0")
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "report.docx").write_bytes(report_docx())

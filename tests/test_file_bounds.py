@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config import Profile
 from pipeline.guard import Bound, FileGuard
 from pipeline.ingest import run_ingest
 from pipeline.sources import SourceFile
@@ -76,7 +77,7 @@ def test_a_worker_after_a_kill_goes_on_with_the_next_file(tmp_path):
         files.append(SourceFile(tmp_path / name, (tmp_path / name).as_uri(), kind, None))
     g = FileGuard(Bound(timeout_s=0.5, max_mb=0))
     try:
-        items = [(s, s.path.read_bytes(), 1024) for s in files]
+        items = [(s, s.path.read_bytes(), Profile()) for s in files]
         out = g.run(parse_files, None, items, [s.uri for s in files])
     finally:
         g.close()
@@ -91,5 +92,5 @@ def test_both_bounds_zero_work_in_process(tmp_path, bound):
     (tmp_path / "a.md").write_text("# A\n\nAbout otters.\n")
     src = SourceFile(tmp_path / "a.md", (tmp_path / "a.md").as_uri(), "markdown", None)
     g = FileGuard(bound)
-    out = g.run(parse_files, None, [(src, src.path.read_bytes(), 1024)], [src.uri])
+    out = g.run(parse_files, None, [(src, src.path.read_bytes(), Profile())], [src.uri])
     assert out[0].value.title == "A" and g.started == 0

@@ -265,7 +265,7 @@ def test_reindex_and_prune(prefect_api, database_url, corpus, conn):
     res = outcome(_state(reindex_flow, collection="rx", profile=small.as_json()))
     assert res["status"] == "completed" and res["counts"]["documents_changed"] == len(TOPICS)
     keys = {r[0] for r in conn.execute("SELECT DISTINCT chunk_key FROM documents")}
-    assert keys == {f"{small.fingerprint_for('markdown')}:{Settings().model}{parser_key('markdown')}"}
+    assert keys == {f"{small.fingerprint_for('markdown')}:{Settings().model}{parser_key('markdown')}{small.language_key()}"}
     assert conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0] > before
     # a vanished source: reindex names it, prune removes it
     (corpus / "0-pelicans.md").unlink()
