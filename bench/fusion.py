@@ -29,7 +29,7 @@ import pickle
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -78,12 +78,18 @@ class Replay(Index):
         cache = settings.data_dir / f"fusion-{qset}.pkl"
         self._ends: dict[int, list[int]] = {}
         self._cl100k = counter("cl100k_base")
-        if cache.exists() and not refresh:
-            self.rows, texts, self.languages, self.queries = pickle.loads(cache.read_bytes())
+        if cache.exists() and not refresh:  # plain data (a pickled class would depend on how this was run)
+            self.rows, texts, self.languages, queries = pickle.loads(cache.read_bytes())
+            self.queries = [Query(**q) for q in queries]
         else:
             self.rows, texts, self.languages, self.queries = self._fetch(name, settings)
-            cache.write_bytes(pickle.dumps((self.rows, texts, self.languages, self.queries)))
+            queries = [asdict(q) for q in self.queries]
+            cache.write_bytes(pickle.dumps((self.rows, texts, self.languages, queries)))
         self.pos = {r[0]: i for i, r in enumerate(self.rows)}
+        with db.connection(db.database_url(settings)) as conn:  # each chunk's language (chunks.language)
+            lang = dict(conn.execute("SELECT id, language FROM chunks WHERE id = ANY(%s)",
+                                     ([r[0] for r in self.rows],)).fetchall())  # fmt: skip
+        self.chunk_language = [lang.get(r[0], "") for r in self.rows]
         self.corpus_of = {u: Path(u).stem for u in texts}
         self.maps = {u: ev.OffsetMap(self.corpora[self.corpus_of[u]].text, t, u) for u, t in texts.items()}
 
@@ -197,6 +203,9 @@ def model_languages(path: str | Path | None = None) -> tuple[str, ...]:
 
 
 Ranker = Callable[[Replay, int], list[int]]
+
+#: The rule chunkyard_hybrid_search applies by default (p_fusion 'auto').
+AUTO = "convex 0.5, candidates' language 0.25"
 
 
 def _order(ix: Replay, scores: dict[int, float]) -> list[int]:
@@ -318,11 +327,38 @@ def foreign(ix: Replay, qi: int) -> bool:
     return bool(set(ix.languages) - set(MODEL_LANGUAGES))
 
 
-def by_language(base: float | Callable[[Replay, int], float], off: float) -> Callable[[Replay, int], float]:
-    """alpha `off` for a query the model has no language for, else `base`."""
+def foreign_hits(ix: Replay, qi: int, n: int = 5) -> bool:
+    """The query's language as the SQL can tell it: most of its best n full-text hits are chunks in a language
+    the embedding model was not trained on (BM25 matches the query's own words, so its hits share its language)."""
+    hits = ix.queries[qi].fts[:n]
+    return bool(hits) and 2 * sum(ix.chunk_language[i] not in MODEL_LANGUAGES for i, _ in hits) > len(hits)
+
+
+def foreign_candidates(ix: Replay, qi: int) -> bool:
+    """Most of the query's candidates (both halves' top CANDIDATES) are chunks in a language the embedding
+    model was not trained on (chunks.language): the query asks about text the model cannot place."""
+    cand, _, _ = _features(ix, qi)
+    return 2 * sum(ix.chunk_language[i] not in ("", *MODEL_LANGUAGES) for i in cand) > len(cand)
+
+
+def foreign_collection(ix: Replay, qi: int) -> bool:
+    """The collection holds a language the embedding model was not trained on (collections.languages)."""
+    return bool(set(ix.languages) - set(MODEL_LANGUAGES))
+
+
+#: How a rule tells that the model has no language for a query.
+FOREIGN = {"query": foreign, "hits": foreign_hits, "collection": foreign_collection,
+           "candidates": foreign_candidates}
+
+
+def by_language(
+    base: float | Callable[[Replay, int], float], off: float, *, how: str = "query"
+) -> Callable[[Replay, int], float]:
+    """alpha `off` for a query the model has no language for (FOREIGN[how]: CLD2 on the query, the language
+    of its best full-text hits, or the collection's languages), else `base`."""
 
     def alpha(ix: Replay, qi: int) -> float:
-        if foreign(ix, qi):
+        if FOREIGN[how](ix, qi):
             return off
         return base(ix, qi) if callable(base) else base
 
@@ -331,7 +367,7 @@ def by_language(base: float | Callable[[Replay, int], float], off: float) -> Cal
 
 def variants() -> dict[str, Ranker]:
     vs: dict[str, Ranker] = {"vector": vector, "full text": fulltext}
-    for a in (0.3, 0.4, 0.5, 0.6, 0.7):
+    for a in (0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7):
         vs[f"convex {a}"] = convex(a)
     for a in (0.4, 0.5, 0.6):
         vs[f"z-score {a}"] = convex(a, "z")
@@ -344,7 +380,16 @@ def variants() -> dict[str, Ranker]:
     vs["convex, BM25 x coverage"] = convex(lambda ix, qi: 1 - 0.5 * coverage(ix, qi))
     vs["convex, alpha 0.7 - 0.4 x agreement"] = convex(lambda ix, qi: 0.7 - 0.4 * agreement(ix, qi))
     vs["convex, alpha 0.3 + 0.4 x (1 - coverage)"] = convex(lambda ix, qi: 0.3 + 0.4 * (1 - coverage(ix, qi)))
+    vs["convex 0.4, language 0.2"] = convex(by_language(0.4, 0.2))
+    vs["convex 0.45, language 0.3"] = convex(by_language(0.45, 0.3))
     vs["convex 0.5, language 0.1"] = convex(by_language(0.5, 0.1))
+    for base, off in ((0.5, 0.3), (0.5, 0.35), (0.45, 0.3), (0.5, 0.2), (0.45, 0.35)):
+        vs[f"convex {base}, hits' language {off}"] = convex(by_language(base, off, how="hits"))
+    for base, off in ((0.5, 0.1), (0.5, 0.2), (0.5, 0.25), (0.5, 0.3), (0.5, 0.35), (0.5, 0.4), (0.45, 0.3), (0.45, 0.35),
+                      (0.4, 0.3)):
+        vs[f"convex {base}, collection language {off}"] = convex(by_language(base, off, how="collection"))
+    for base, off in ((0.5, 0.2), (0.5, 0.25), (0.5, 0.3)):
+        vs[f"convex {base}, candidates' language {off}"] = convex(by_language(base, off, how="candidates"))
     vs["convex 0.5, language 0"] = convex(by_language(0.5, 0.0))
     vs["dbsf 0.5, language 0.1"] = convex(by_language(0.5, 0.1), "dbsf")
     vs["dbsf 0.5, language 0.2"] = convex(by_language(0.5, 0.2), "dbsf")
@@ -407,19 +452,20 @@ def table(res: dict, cols: list[str], key: object = "k", what: int = 0) -> str:
 
 
 def check(ix: Replay, settings: Settings, n: int = 20) -> None:
-    """The replay's "convex 0.5" top 5 against chunkyard_hybrid_search's own, question by question."""
-    rank = convex(0.5)
+    """The replay's top 5 against chunkyard_hybrid_search's own, question by question: "convex 0.5" against
+    p_fusion 'convex', and the chosen rule (AUTO) against 'auto'."""
     qv = ev.embed_questions(ix.questions[:n], settings)
-    same = 0
-    with db.connection(db.database_url(settings)) as conn:
-        for qi in range(min(n, len(ix.questions))):
-            got = [r[0] for r in conn.execute(
-                "SELECT chunk_id FROM chunkyard_hybrid_search(%s, %s, %s, 5, p_fusion => 'convex', "
-                "p_alpha => 0.5, p_whole_section => NULL)", (f"_fusion_{ix.qset}", qv[qi], ix.questions[qi].text),
-            ).fetchall()]  # fmt: skip
-            mine = [ix.rows[i][0] for i in rank(ix, qi)[:5]]
-            same += got == mine
-    print(f"{ix.qset}: replay top 5 = SQL top 5 for {same} of {min(n, len(ix.questions))} questions")
+    rules = variants()
+    for fusion, name in (("convex", "convex 0.5"), ("auto", AUTO)):
+        same = 0
+        with db.connection(db.database_url(settings)) as conn:
+            for qi in range(min(n, len(ix.questions))):
+                got = [r[0] for r in conn.execute(
+                    "SELECT chunk_id FROM chunkyard_hybrid_search(%s, %s, %s, 5, p_fusion => %s, p_whole_section => NULL)",
+                    (f"_fusion_{ix.qset}", qv[qi], ix.questions[qi].text, fusion),
+                ).fetchall()]  # fmt: skip
+                same += got == [ix.rows[i][0] for i in rules[name](ix, qi)[:5]]
+        print(f"{ix.qset}: replay {name!r} top 5 = SQL p_fusion {fusion!r} top 5 for {same} of {min(n, len(ix.questions))}")
 
 
 def main() -> None:
