@@ -221,6 +221,37 @@ def get_embedder(
         return _load(model, device, batch_size, cache_dir)
 
 
+def model_languages(model: str) -> list[str] | None:
+    """The languages a model was trained on, as its model card declares them (README.md front matter
+    `language:`, one code or a list): what hybrid search weighs its vector half by. None when the card says
+    nothing or "multilingual" (no language rule)."""
+    import re
+
+    readme = Path(model_path(base_model(model))) / "README.md"
+    try:
+        m = re.match(r"---\r?\n(.*?)\r?\n---", readme.read_text(encoding="utf-8"), re.S)
+    except OSError:
+        return None
+    if not m:
+        return None
+    out: list[str] = []
+    lines = iter(m.group(1).splitlines())
+    for line in lines:
+        if not line.startswith("language:"):
+            continue
+        value = line.split(":", 1)[1].strip()
+        if value:  # `language: en` or `language: [en, de]`
+            out = [x.strip(" '\"") for x in value.strip("[]").split(",")]
+        else:  # a YAML list below it
+            for item in lines:
+                if not item.lstrip().startswith("- "):
+                    break
+                out.append(item.strip()[2:].strip(" '\""))
+        break
+    out = [x.lower() for x in out if x]
+    return None if not out or "multilingual" in out else sorted(set(out))
+
+
 def model_dim(model: str) -> int:
     """Embedding dimension from the model's config files, without loading the weights."""
     import json

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pipeline import db, store
 from pipeline.config import base_model
-from pipeline.embed import embed_with_cache, get_embedder, model_dim
+from pipeline.embed import embed_with_cache, get_embedder, model_dim, model_languages
 from pipeline.errors import ConfigError
 from pipeline.model import NoProgress, Progress, RunContext, Stats, embedded_text
 
@@ -45,7 +45,8 @@ def switch_model(ctx: RunContext, key: str, batch: int = BATCH, progress: Progre
                 dim = model_dim(base_model(key))
             except Exception as exc:
                 raise ConfigError(f"model {base_model(key)}: cannot be loaded here ({exc})") from exc
-            building = store.create_set(conn, cid, model=key, dim=dim, run_id=ctx.run_id, index=False)
+            building = store.create_set(conn, cid, model=key, dim=dim, run_id=ctx.run_id, index=False,
+                                        languages=model_languages(key))  # fmt: skip
         else:
             stats.counts["resumed"] = 1
         todo = store.set_progress(conn, cid, building.id, key)

@@ -22,7 +22,7 @@ import psycopg
 
 from pipeline import db, stages, store
 from pipeline.config import Profile, Settings, base_model, check_collection_name
-from pipeline.embed import key_for, model_dim, split_key
+from pipeline.embed import key_for, model_dim, model_languages, split_key
 from pipeline.errors import ConfigError, DatabaseUnavailable, TransientError
 from pipeline.model import (
     Collection,
@@ -204,8 +204,9 @@ class Run:
                 if coll is None:
                     dim = model_dim(settings.model)
                     coll = store.ensure_collection(
-                        conn, collection, profile=profile.as_json(), model=key, dim=dim
-                    )
+                        conn, collection, profile=profile.as_json(), model=key, dim=dim,
+                        languages=model_languages(key),
+                    )  # fmt: skip
                 coll_id = coll.id
                 _take_lock(
                     conn, collection, coll_id, wait=lock_wait, timeout_s=settings.lock_timeout_s,
@@ -219,7 +220,9 @@ class Run:
                         f"collection {collection!r} was dropped while this run waited for its lock; run again"
                     )
                 key = _run_key(settings, held, switching_model)
-                coll = store.ensure_collection(conn, collection, profile=profile.as_json(), model=key, dim=0)
+                coll = store.ensure_collection(
+                    conn, collection, profile=profile.as_json(), model=key, dim=0, languages=model_languages(key)
+                )
                 run_id = store.start_run(conn, coll_id, kind=kind, params=params or {})
                 store.drop_retired_sets(conn, coll_id)  # those a model switch could not drop at once
         except BaseException:

@@ -21,10 +21,17 @@ from pipeline.store.bulk import ensure_search_indexes
 
 
 def ensure_collection(
-    conn: psycopg.Connection, name: str, *, profile: dict, model: str, dim: int
+    conn: psycopg.Connection,
+    name: str,
+    *,
+    profile: dict,
+    model: str,
+    dim: int,
+    languages: Sequence[str] | None = None,
 ) -> Collection:
     """Create the collection with an active embedding set of `model` (its chunks sized with `model` too), or
-    record the profile an existing one is now ingested with (its models change only by a model switch)."""
+    record the profile an existing one is now ingested with (its models change only by a model switch).
+    `languages`: those the model was trained on (`embed.model_languages`), recorded with its set when known."""
     with conn.transaction():
         row = conn.execute(
             """INSERT INTO collections (name, profile, model, dim) VALUES (%s, %s, %s, %s)
@@ -40,6 +47,12 @@ def ensure_collection(
                WHERE NOT EXISTS (SELECT 1 FROM embedding_sets WHERE collection_id = %s AND status = 'active')""",
             (row[0], model, dim, row[0]),
         )
+        if languages:  # the model's languages, where its set has none recorded yet (hybrid search reads them)
+            conn.execute(
+                """UPDATE embedding_sets SET languages = %s
+                   WHERE collection_id = %s AND model = %s AND languages IS NULL""",
+                (list(languages), row[0], model),
+            )
     coll = get_collection(conn, name)
     assert coll is not None
     return coll

@@ -7,7 +7,7 @@ The DDL (a set's partition, its HNSW index, dropping it) is in sql/functions/10_
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import psycopg
@@ -42,13 +42,17 @@ def create_set(
     status: str = "building",
     run_id: int | None = None,
     index: bool = True,
+    languages: Sequence[str] | None = None,
 ) -> EmbeddingSet:
-    """A new set with its partition (and HNSW index unless `index=False`: built once it is filled)."""
+    """A new set with its partition (and HNSW index unless `index=False`: built once it is filled), and the
+    languages its model was trained on when known (`embed.model_languages`: hybrid search reads them)."""
     with conn.transaction():
         set_id = conn.execute(
             "SELECT chunkyard_create_embedding_set(%s, %s, %s, %s, %s, %s)",
             (collection_id, model, dim, status, run_id, index),
         ).fetchone()[0]
+        if languages:
+            conn.execute("UPDATE embedding_sets SET languages = %s WHERE id = %s", (list(languages), set_id))
     return EmbeddingSet(set_id, model, dim, status)
 
 
