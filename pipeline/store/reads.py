@@ -29,7 +29,9 @@ class Hit:
     metadata: dict = field(default_factory=dict)
 
 
-#: How `search` ranks: cosine similarity, BM25 full text, or both fused (convex mix, or reciprocal rank fusion).
+#: How `search` ranks: cosine similarity, BM25 full text, or both fused ("hybrid": chunkyard_hybrid_search's default
+#: 'auto', a convex mix whose vector weight halves for a language the model was not trained on; or reciprocal
+#: rank fusion).
 SearchMode = Literal["vector", "fulltext", "hybrid", "rrf"]
 SEARCH_MODES: tuple[str, ...] = ("vector", "fulltext", "hybrid", "rrf")
 
@@ -133,7 +135,7 @@ def _ranking(
 
 
 def _fusion(mode: SearchMode) -> str:
-    return "rrf" if mode == "rrf" else "convex"
+    return "rrf" if mode == "rrf" else "auto"
 
 
 def _check_mode(mode: str) -> None:

@@ -331,11 +331,36 @@ BEGIN
 END
 $$;
 
+-- The weight of the vector half of hybrid search by default (p_fusion 'auto') for a query whose candidates
+-- are p_ids: p_alpha, halved when most of them are chunks in a language the collection's embedding model was
+-- not trained on (chunks.language against the active set's embedding_sets.languages, read from the model
+-- card by the pipeline; a chunk with no letters counts for neither); p_alpha when the model's languages are
+-- not known. An English-only model (the default) places Chinese or Russian text almost at random, and at an
+-- even mix that half pulls hybrid search below full text alone (bench/fusion.py). Judged on the query's own
+-- candidates, not on the collection's languages: a few chunks detected as another language (release notes
+-- read as Danish) do not change an English collection's searches, and in a collection of two languages
+-- each query is weighed by the language its candidates are in.
+CREATE OR REPLACE FUNCTION chunkyard_vector_weight(p_collection text, p_ids bigint[], p_alpha double precision)
+RETURNS double precision
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN (SELECT CASE WHEN 2 * count(*) FILTER (WHERE c.language <> '' AND NOT (c.language = ANY (m.languages)))
+                         > count(*)
+                    THEN p_alpha / 2 ELSE p_alpha END
+        FROM (SELECT s.languages FROM embedding_sets s JOIN collections col ON col.id = s.collection_id
+              WHERE col.name = p_collection AND s.status = 'active' AND s.languages IS NOT NULL) m
+        CROSS JOIN chunks c
+        WHERE c.id = ANY (p_ids));
+
 -- Hybrid: vector similarity and BM25 full-text search fused. The candidates are the top p_candidates of
--- each; by default ('convex') each candidate's cosine similarity and BM25 score are min-max scaled over the
--- candidates and mixed as p_alpha * vector + (1 - p_alpha) * full text (a candidate outside the full-text
--- top scores 0 there). 'rrf' is reciprocal rank fusion (sum of 1 / (p_rrf_k + rank)). On Chroma's chunking
--- benchmark convex fusion retrieved more of the answers than RRF with the same candidates (README).
+-- each; each candidate's cosine similarity and BM25 score are min-max scaled over the candidates and mixed
+-- as w * vector + (1 - w) * full text (a candidate outside the full-text top scores 0 there). By default
+-- ('auto') w is chunkyard_vector_weight: p_alpha, or p_alpha / 2 when most candidates are in a language the
+-- embedding model was not trained on; 'convex' is w = p_alpha always (the default before schema version 13);
+-- 'rrf' is reciprocal rank fusion (sum of 1 / (p_rrf_k + rank)). Measured offline over the same candidates
+-- on 16 question sets (bench/fusion.py), 'auto' is never more than 1 point of recall at k = 5 below the
+-- better of its own two halves, where an even mix fell 2.4 below full text on Chinese; z-score and
+-- distribution-based scaling, RRF and per-query weights from the two lists' agreement, peaks or the query's
+-- word coverage each fell further below a half on some set.
 -- The signature of version 1 (RRF over ts_rank) would make calls ambiguous next to this one.
 DROP FUNCTION IF EXISTS chunkyard_hybrid_search(text, vector, text, integer, boolean, integer, integer);
 
@@ -345,7 +370,7 @@ CREATE OR REPLACE FUNCTION chunkyard_hybrid_search(
     p_query_text      text,
     p_k               integer DEFAULT 5,
     p_with_parent     boolean DEFAULT false,
-    p_fusion          text DEFAULT 'convex',
+    p_fusion          text DEFAULT 'auto',
     p_alpha           double precision DEFAULT 0.5,
     p_rrf_k           integer DEFAULT 60,
     p_candidates      integer DEFAULT 50,
@@ -367,8 +392,8 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF p_fusion NOT IN ('convex', 'rrf') THEN
-        RAISE EXCEPTION 'chunkyard_hybrid_search: p_fusion must be ''convex'' or ''rrf'', not %', quote_nullable(p_fusion)
+    IF p_fusion IS NULL OR p_fusion NOT IN ('auto', 'convex', 'rrf') THEN
+        RAISE EXCEPTION 'chunkyard_hybrid_search: p_fusion must be ''auto'', ''convex'' or ''rrf'', not %', quote_nullable(p_fusion)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF p_alpha IS NULL OR p_alpha < 0 OR p_alpha > 1 THEN
@@ -398,6 +423,13 @@ BEGIN
         LEFT JOIN chunkyard_vector_distances(p_collection, p_query, (SELECT array_agg(c2.id) FROM cand c2)) x
                ON x.chunk_id = cand.id
     ),
+    -- the vector half's weight: p_alpha, or by the candidates' language ('auto', chunkyard_vector_weight)
+    weight AS (
+        SELECT CASE WHEN p_fusion = 'auto'
+                    THEN chunkyard_vector_weight(p_collection, array_agg(cand.id), p_alpha)
+                    ELSE p_alpha END AS alpha
+        FROM cand
+    ),
     scaled AS (
         SELECT feat.*,
                coalesce((feat.sim - min(feat.sim) OVER ()) / nullif(max(feat.sim) OVER () - min(feat.sim) OVER (), 0), 0) AS sim01,
@@ -408,8 +440,8 @@ BEGIN
         SELECT s.id,
                CASE WHEN p_fusion = 'rrf'
                     THEN coalesce(1.0 / (p_rrf_k + s.vr), 0) + coalesce(1.0 / (p_rrf_k + s.fr), 0)
-                    ELSE p_alpha * s.sim01 + (1 - p_alpha) * s.bm2501 END::float8 AS score
-        FROM scaled s
+                    ELSE w.alpha * s.sim01 + (1 - w.alpha) * s.bm2501 END::float8 AS score
+        FROM scaled s CROSS JOIN weight w
         ORDER BY score DESC, s.id
         LIMIT p_k
     )
