@@ -156,3 +156,41 @@ def test_the_cli_sets_the_language_and_status_shows_each_collections_languages(t
     langs = {c["name"]: c["languages"] for c in status["collections"]}
     assert langs == {"da": {"da": 1}, "auto": {"en": 1}}
     assert "da 1" in cli("status").stdout
+
+
+def test_hybrid_search_weighs_vectors_by_the_languages_the_model_knows(four_languages, conn):
+    """The model's languages (its card) are stored with its set; a query whose candidates are mostly in other
+    languages gets half the vector weight ('auto'), any other keeps p_alpha, and so does an unknown model."""
+    assert conn.execute("SELECT languages FROM embedding_sets WHERE status = 'active'").fetchone()[0] == ["en"]
+    ids = dict(conn.execute("SELECT d.language, k.id FROM chunks k JOIN documents d ON d.id = k.document_id"))
+
+    def weight(*langs: str) -> float:
+        return conn.execute(
+            "SELECT chunkyard_vector_weight('ml', %s, 0.5)", ([ids[x] for x in langs],)
+        ).fetchone()[0]
+
+    assert weight("zh") == weight("ru", "zh") == weight("de", "ru", "en") == 0.25
+    assert weight("en") == weight("en", "de") == weight() == 0.5  # half is not most
+    conn.execute("UPDATE embedding_sets SET languages = NULL")  # a model whose card names no language
+    assert weight("zh", "ru") == 0.5
+
+
+def test_a_model_card_names_the_languages_a_model_was_trained_on(tmp_path):
+    from pipeline.config import DEFAULT_MODEL
+    from pipeline.embed import model_languages
+
+    assert model_languages(DEFAULT_MODEL) == model_languages(f"{DEFAULT_MODEL}@openvino-int8") == ["en"]
+    cards = {
+        "one": "---\nlanguage: de\nlicense: mit\n---\n# m\n",
+        "flow": "---\nlanguage: [en, DE]\n---\n",
+        "block": "---\ntags:\n- x\nlanguage:\n- zh\n- en\nlicense: mit\n---\n",
+        "multi": "---\nlanguage:\n- multilingual\n- en\n---\n",
+        "none": "---\nlicense: mit\n---\n",
+        "plain": "# a model\n",
+    }
+    for name, card in cards.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "README.md").write_text(card, encoding="utf-8")
+    got = {name: model_languages(str(tmp_path / name)) for name in [*cards, "missing"]}
+    assert got == {"one": ["de"], "flow": ["de", "en"], "block": ["en", "zh"], "multi": None, "none": None,
+                   "plain": None, "missing": None}  # fmt: skip
