@@ -205,12 +205,14 @@ def model_languages(path: str | Path | None = None) -> tuple[str, ...]:
 Ranker = Callable[[Replay, int], list[int]]
 
 #: The rule chunkyard_hybrid_search applies by default (p_fusion 'auto').
-AUTO = "convex 0.5, candidates' language 0.25"
+AUTO = "convex 0.5, candidates' language 0.0"
 
 
-def _order(ix: Replay, scores: dict[int, float]) -> list[int]:
-    """Candidates by score, best first; ties by chunk id (as the SQL orders them)."""
-    return sorted(scores, key=lambda i: (-scores[i], ix.rows[i][0]))
+def _order(ix: Replay, scores: dict[int, float], sims: dict[int, float] | None = None) -> list[int]:
+    """Candidates by score, best first; ties by cosine similarity when given (the SQL's convex fusions: with
+    no vector weight the vector half still orders what full text scores alike), then by chunk id."""
+    sims = sims or {}
+    return sorted(scores, key=lambda i: (-scores[i], -sims.get(i, 0.0), ix.rows[i][0]))
 
 
 def _features(ix: Replay, qi: int, n: int = CANDIDATES) -> tuple[list[int], np.ndarray, np.ndarray]:
@@ -260,7 +262,7 @@ def convex(alpha: float | Callable[[Replay, int], float] = 0.5, scale: str = "mi
             vref = np.array([s for _, s in q.vec])
             bref = np.array([s for _, s in q.fts])
             s = a * _dbsf(sv, vref) + (1 - a) * np.where(bv > 0, _dbsf(bv, bref), 0.0)
-        return _order(ix, dict(zip(cand, s.tolist(), strict=True)))
+        return _order(ix, dict(zip(cand, s.tolist(), strict=True)), dict(zip(cand, sv.tolist(), strict=True)))
 
     return rank
 
@@ -388,7 +390,7 @@ def variants() -> dict[str, Ranker]:
     for base, off in ((0.5, 0.1), (0.5, 0.2), (0.5, 0.25), (0.5, 0.3), (0.5, 0.35), (0.5, 0.4), (0.45, 0.3), (0.45, 0.35),
                       (0.4, 0.3)):
         vs[f"convex {base}, collection language {off}"] = convex(by_language(base, off, how="collection"))
-    for base, off in ((0.5, 0.2), (0.5, 0.25), (0.5, 0.3)):
+    for base, off in ((0.5, 0.0), (0.5, 0.01), (0.5, 0.02), (0.5, 0.05), (0.5, 0.1), (0.5, 0.15), (0.5, 0.2), (0.5, 0.25), (0.5, 0.3)):
         vs[f"convex {base}, candidates' language {off}"] = convex(by_language(base, off, how="candidates"))
     vs["convex 0.5, language 0"] = convex(by_language(0.5, 0.0))
     vs["dbsf 0.5, language 0.1"] = convex(by_language(0.5, 0.1), "dbsf")

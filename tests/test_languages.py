@@ -160,7 +160,8 @@ def test_the_cli_sets_the_language_and_status_shows_each_collections_languages(t
 
 def test_hybrid_search_weighs_vectors_by_the_languages_the_model_knows(four_languages, conn):
     """The model's languages (its card) are stored with its set; a query whose candidates are mostly in other
-    languages gets half the vector weight ('auto'), any other keeps p_alpha, and so does an unknown model."""
+    languages is ranked by full text alone ('auto': vector weight 0), any other keeps p_alpha, and so does a
+    model whose languages are not known."""
     assert conn.execute("SELECT languages FROM embedding_sets WHERE status = 'active'").fetchone()[0] == ["en"]
     ids = dict(conn.execute("SELECT d.language, k.id FROM chunks k JOIN documents d ON d.id = k.document_id"))
 
@@ -169,10 +170,26 @@ def test_hybrid_search_weighs_vectors_by_the_languages_the_model_knows(four_lang
             "SELECT chunkyard_vector_weight('ml', %s, 0.5)", ([ids[x] for x in langs],)
         ).fetchone()[0]
 
-    assert weight("zh") == weight("ru", "zh") == weight("de", "ru", "en") == 0.25
+    assert weight("zh") == weight("ru", "zh") == weight("de", "ru", "en") == 0
     assert weight("en") == weight("en", "de") == weight() == 0.5  # half is not most
     conn.execute("UPDATE embedding_sets SET languages = NULL")  # a model whose card names no language
     assert weight("zh", "ru") == 0.5
+
+
+def test_hybrid_search_in_a_language_the_model_lacks_is_full_text_then_vectors(four_languages, conn):
+    """'auto' on a Russian query: the full-text ranking first, then the other candidates by cosine similarity
+    (not by id: the vector half still orders what full text does not find)."""
+    from pipeline.embed import get_embedder
+
+    q = "параметров запросов"
+    vec = get_embedder("sentence-transformers/all-MiniLM-L6-v2").encode([q])[0]
+    auto = [r[0] for r in conn.execute(
+        "SELECT chunk_id FROM chunkyard_hybrid_search('ml', %s, %s, 10, p_whole_section => NULL)", (vec, q))]
+    fts = [r[0] for r in conn.execute("SELECT chunk_id FROM chunkyard_fulltext_search('ml', %s, 10)", (q,))]
+    near = [r[0] for r in conn.execute(
+        "SELECT chunk_id FROM chunkyard_vector_candidates('ml', %s, 10) ORDER BY dist, chunk_id", (vec,))]
+    assert fts and auto[: len(fts)] == fts
+    assert auto[len(fts):] == [c for c in near if c not in fts]
 
 
 def test_a_model_card_names_the_languages_a_model_was_trained_on(tmp_path):

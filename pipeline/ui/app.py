@@ -283,7 +283,7 @@ def _explain(h: Any, mode: str, parts: dict) -> str:
         "vector": f"cosine similarity {h.score:.3f} between the question's and the chunk's embeddings",
         "fulltext": f"BM25 {h.score:.2f} (k1 1.2, b 0.75) over the chunk's words and its heading context",
         "hybrid": f"{h.score:.3f} = w × cosine + (1 − w) × BM25, each min-max scaled over the candidates; w = 0.5, "
-        "or 0.25 when most candidates are in a language the embedding model was not trained on",
+        "or 0 (full text alone) when most candidates are in a language the embedding model was not trained on",
         "rrf": f"{h.score:.4f} = 1/(60 + vector rank) + 1/(60 + full-text rank)",
     }[mode]
     if md.get("whole_section"):

@@ -332,20 +332,21 @@ END
 $$;
 
 -- The weight of the vector half of hybrid search by default (p_fusion 'auto') for a query whose candidates
--- are p_ids: p_alpha, halved when most of them are chunks in a language the collection's embedding model was
+-- are p_ids: p_alpha, or 0 when most of them are chunks in a language the collection's embedding model was
 -- not trained on (chunks.language against the active set's embedding_sets.languages, read from the model
 -- card by the pipeline; a chunk with no letters counts for neither); p_alpha when the model's languages are
--- not known. An English-only model (the default) places Chinese or Russian text almost at random, and at an
--- even mix that half pulls hybrid search below full text alone (bench/fusion.py). Judged on the query's own
--- candidates, not on the collection's languages: a few chunks detected as another language (release notes
--- read as Danish) do not change an English collection's searches, and in a collection of two languages
--- each query is weighed by the language its candidates are in.
+-- not known. At 0, full text ranks alone and the cosine similarity only orders what it scores alike (the
+-- chunks it did not find). An English-only model (the default) places Chinese or Russian text almost at
+-- random, and at an even mix that half pulls hybrid search below full text alone (bench/fusion.py).
+-- Judged on the query's own candidates, not on the collection's languages: a few chunks detected as another
+-- language do not change an English collection's searches, and in a collection of two languages each query
+-- is weighed by the language its candidates are in.
 CREATE OR REPLACE FUNCTION chunkyard_vector_weight(p_collection text, p_ids bigint[], p_alpha double precision)
 RETURNS double precision
 LANGUAGE sql STABLE PARALLEL SAFE
 RETURN (SELECT CASE WHEN 2 * count(*) FILTER (WHERE c.language <> '' AND NOT (c.language = ANY (m.languages)))
                          > count(*)
-                    THEN p_alpha / 2 ELSE p_alpha END
+                    THEN 0 ELSE p_alpha END
         FROM (SELECT s.languages FROM embedding_sets s JOIN collections col ON col.id = s.collection_id
               WHERE col.name = p_collection AND s.status = 'active' AND s.languages IS NOT NULL) m
         CROSS JOIN chunks c
@@ -354,13 +355,14 @@ RETURN (SELECT CASE WHEN 2 * count(*) FILTER (WHERE c.language <> '' AND NOT (c.
 -- Hybrid: vector similarity and BM25 full-text search fused. The candidates are the top p_candidates of
 -- each; each candidate's cosine similarity and BM25 score are min-max scaled over the candidates and mixed
 -- as w * vector + (1 - w) * full text (a candidate outside the full-text top scores 0 there). By default
--- ('auto') w is chunkyard_vector_weight: p_alpha, or p_alpha / 2 when most candidates are in a language the
--- embedding model was not trained on; 'convex' is w = p_alpha always (the default before schema version 13);
--- 'rrf' is reciprocal rank fusion (sum of 1 / (p_rrf_k + rank)). Measured offline over the same candidates
--- on 16 question sets (bench/fusion.py), 'auto' is never more than 1 point of recall at k = 5 below the
--- better of its own two halves, where an even mix fell 2.4 below full text on Chinese; z-score and
--- distribution-based scaling, RRF and per-query weights from the two lists' agreement, peaks or the query's
--- word coverage each fell further below a half on some set.
+-- ('auto') w is chunkyard_vector_weight: p_alpha, or 0 (full text alone) when most candidates are in a
+-- language the embedding model was not trained on; 'convex' is w = p_alpha always (the default before schema
+-- version 13); ties go to the higher cosine similarity. 'rrf' is reciprocal rank fusion (sum of
+-- 1 / (p_rrf_k + rank)). Measured offline over the same candidates on 16 question sets (bench/fusion.py),
+-- 'auto' is never more than 1 point of recall at k = 5 below the better of its own two halves, where the
+-- even mix fell 5.4 below full text on Russian; z-score and distribution-based scaling, RRF and per-query
+-- weights from the two lists' agreement, peaks or the query's word coverage each fell further below a half
+-- on some set.
 -- The signature of version 1 (RRF over ts_rank) would make calls ambiguous next to this one.
 DROP FUNCTION IF EXISTS chunkyard_hybrid_search(text, vector, text, integer, boolean, integer, integer);
 
@@ -440,14 +442,18 @@ BEGIN
         SELECT s.id,
                CASE WHEN p_fusion = 'rrf'
                     THEN coalesce(1.0 / (p_rrf_k + s.vr), 0) + coalesce(1.0 / (p_rrf_k + s.fr), 0)
-                    ELSE w.alpha * s.sim01 + (1 - w.alpha) * s.bm2501 END::float8 AS score
+                    ELSE w.alpha * s.sim01 + (1 - w.alpha) * s.bm2501 END::float8 AS score,
+               CASE WHEN p_fusion = 'rrf' THEN 0 ELSE s.sim END AS tie
         FROM scaled s CROSS JOIN weight w
-        ORDER BY score DESC, s.id
+    ),
+    top AS (
+        SELECT f.id, f.score, row_number() OVER (ORDER BY f.score DESC, f.tie DESC, f.id) AS rk
+        FROM fused f
+        ORDER BY rk
         LIMIT p_k
     )
     SELECT h.*
-    FROM (SELECT array_agg(f.id ORDER BY f.score DESC, f.id) AS ids,
-                 array_agg(f.score ORDER BY f.score DESC, f.id) AS scores FROM fused f) t
+    FROM (SELECT array_agg(f.id ORDER BY f.rk) AS ids, array_agg(f.score ORDER BY f.rk) AS scores FROM top f) t
     CROSS JOIN LATERAL chunkyard_hits(t.ids, t.scores, p_with_parent, p_whole_section) h;
 END
 $$;
