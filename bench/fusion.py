@@ -15,8 +15,9 @@ ranking is scored with the harness's own span metrics (`question_scores`, `budge
 SQL search answers (a section at least half retrieved comes back whole, `Index.sections`), and at a budget as
 `chunkyard_context` packs one (the rest of a section once half of it is read, `complete_sections`). The vector
 and full-text columns are the halves' own rankings scored the same way (what `--search vector` / `fulltext`
-answer). "convex 0.5" is today's default (`chunkyard_hybrid_search`, p_fusion 'convex'); the replay gives the
-same top 5 as the SQL (checked with `--check`).
+answer). "convex 0.5" is p_fusion 'convex' (the default before schema version 13) and AUTO the default
+'auto' (the even mix, or full text alone when most candidates are in a language the model lacks); the replay
+gives the same top 5 as the SQL for both (`--check`).
 
 Columns: recall at k = 5 per set (Chroma's five corpora each), the better half's recall and each variant's
 worst shortfall below it over all columns ("worst"), and the mean over columns. Each set counts once.
