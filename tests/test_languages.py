@@ -156,6 +156,8 @@ def test_the_cli_sets_the_language_and_status_shows_each_collections_languages(t
     langs = {c["name"]: c["languages"] for c in status["collections"]}
     assert langs == {"da": {"da": 1}, "auto": {"en": 1}}
     assert "da 1" in cli("status").stdout
+    # the languages the model's card declares, beside the model (all-MiniLM-L6-v2: English only)
+    assert all(c["model"].endswith(", en)") for c in status["collections"]), status["collections"]
 
 
 def test_hybrid_search_weighs_vectors_by_the_languages_the_model_knows(four_languages, conn):

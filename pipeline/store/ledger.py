@@ -219,7 +219,9 @@ def status(conn: psycopg.Connection, *, runs: int = 5) -> dict:
     """Collections with their counts and profiles, and the last runs."""
     cols = conn.execute(
         """SELECT c.name,
-                  coalesce((SELECT s.model || ' (' || s.dim || 'd)' FROM embedding_sets s
+                  coalesce((SELECT s.model || ' (' || s.dim || 'd'
+                                   || coalesce(', ' || array_to_string(s.languages, ' '), '') || ')'
+                            FROM embedding_sets s
                             WHERE s.collection_id = c.id AND s.status = 'active'), c.model)
                   || coalesce((SELECT ', switching to ' || s.model FROM embedding_sets s
                                WHERE s.collection_id = c.id AND s.status = 'building'), ''),
