@@ -7,6 +7,7 @@ backend switch re-embeds what it must and reuses only vectors the same backend m
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -14,7 +15,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
@@ -124,18 +125,17 @@ def key_for(settings: Settings) -> str:
     return embedding_key(settings.model, backend)
 
 
-def embedder_for(settings: Settings) -> Encoder:
-    """The loaded embedder for these settings (a query, an evaluation's questions)."""
-    return get_embedder(key_for(settings), settings.device, settings.embed_batch_size)
-
-
 def query_embedder(stored_key: str, settings: Settings) -> Encoder:
     """The embedder for a question to a collection: the one its vectors came from (its stored key), or
-    this machine's backend for the same model where that one is not installed (vectors within ~0.99)."""
+    this machine's backend for the same model where that one is not installed (vectors within ~0.99),
+    with the model's query prompt before each question."""
     model, backend = split_key(stored_key)
     if not installed(backend):
         backend = resolve_backend(settings.embed_backend, device=settings.device)
-    return get_embedder(embedding_key(model, backend), settings.device, settings.embed_batch_size)
+    key = embedding_key(model, backend)
+    with _lock:
+        encoder = _load(key, settings.device, settings.embed_batch_size, None)
+    return _prompted(encoder, model_prompts(key).query)
 
 
 def models_dir() -> Path:
@@ -212,13 +212,73 @@ def get_embedder(
     *,
     cache_dir: Path | None = None,
 ) -> Encoder:
-    """One loaded model per key and process, also when several task threads ask at once.
+    """One loaded model per key and process, also when several task threads ask at once; it embeds
+    passages, with the model's document prompt before each (`model_prompts`).
 
     `model` is an embedding key: a plain model name is torch; `MODEL@openvino-int8` the exported model
     (exported from the local weights on first use, into `cache_dir`, default CHUNKYARD_DATA_DIR/models).
     """
     with _lock:
-        return _load(model, device, batch_size, cache_dir)
+        return _prompted(_load(model, device, batch_size, cache_dir), model_prompts(model).document)
+
+
+class Prompts(NamedTuple):
+    """What a model wants before a query and before a passage (sentence-transformers' `prompts`, as e5, bge
+    and nomic models declare them: "query: ", "passage: "); both '' for a model without them."""
+
+    query: str = ""
+    document: str = ""
+
+    @property
+    def tag(self) -> str:
+        """What the prompts add to a model's cache key and to chunk fingerprints: '' without prompts (keys
+        stored before prompts were read stay valid), else a hash of both, so that vectors made with other
+        prompts are never reused or mixed with these."""
+        if not (self.query or self.document):
+            return ""
+        return ":prompts=" + hashlib.sha256(f"{self.query}\x1f{self.document}".encode()).hexdigest()[:8]
+
+
+_QUERY_PROMPTS = ("query", "search_query", "retrieval.query")
+_DOCUMENT_PROMPTS = ("document", "passage", "doc", "corpus", "search_document", "retrieval.passage")
+
+
+@lru_cache(maxsize=16)
+def model_prompts(model: str) -> Prompts:
+    """The query and document prompts of a model (an embedding key's), from its folder's
+    config_sentence_transformers.json `prompts`; none when it has no such file or names no such prompt."""
+    import json
+
+    cfg = Path(model_path(base_model(model))) / "config_sentence_transformers.json"
+    try:
+        prompts = json.loads(cfg.read_text(encoding="utf-8")).get("prompts") or {}
+    except (OSError, ValueError, AttributeError):
+        return Prompts()
+
+    def first(names: tuple[str, ...]) -> str:
+        return next((str(prompts[n]) for n in names if prompts.get(n)), "")
+
+    return Prompts(first(_QUERY_PROMPTS), first(_DOCUMENT_PROMPTS))
+
+
+def cache_key(model: str) -> str:
+    """The embedding cache's model for an embedding key: the key and its model's prompts."""
+    return model + model_prompts(model).tag
+
+
+class _Prompted:
+    """An encoder that puts a prompt before every text it embeds."""
+
+    def __init__(self, inner: Encoder, prompt: str) -> None:
+        self.inner, self.prompt = inner, prompt
+        self.name, self.dim = inner.name, inner.dim
+
+    def encode(self, texts: Sequence[str], *, progress: Callable[[int], None] | None = None) -> np.ndarray:
+        return self.inner.encode([self.prompt + t for t in texts], progress=progress)
+
+
+def _prompted(encoder: Encoder, prompt: str) -> Encoder:
+    return _Prompted(encoder, prompt) if prompt else encoder
 
 
 def model_languages(model: str) -> list[str] | None:

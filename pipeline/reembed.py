@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pipeline import db, store
 from pipeline.config import base_model
-from pipeline.embed import embed_with_cache, get_embedder, model_dim, model_languages
+from pipeline.embed import cache_key, embed_with_cache, get_embedder, model_dim, model_languages
 from pipeline.errors import ConfigError
 from pipeline.model import NoProgress, Progress, RunContext, Stats, embedded_text
 
@@ -49,7 +49,7 @@ def switch_model(ctx: RunContext, key: str, batch: int = BATCH, progress: Progre
                                         languages=model_languages(key))  # fmt: skip
         else:
             stats.counts["resumed"] = 1
-        todo = store.set_progress(conn, cid, building.id, key)
+        todo = store.set_progress(conn, cid, building.id, cache_key(key))
         stats.counts["chunks"] = todo["chunks"]
         stats.counts["vectors_kept"] = todo["have_vector"]
         progress.add_total("embed", todo["chunks"] - todo["have_vector"])
@@ -60,11 +60,11 @@ def switch_model(ctx: RunContext, key: str, batch: int = BATCH, progress: Progre
                 texts = [embedded_text(context, text) for _, _, context, text in rows]
                 vectors, fresh = embed_with_cache(
                     texts,
-                    lookup=lambda hs: store.cache_lookup(conn, key, hs),
+                    lookup=lambda hs: store.cache_lookup(conn, cache_key(key), hs),
                     embedder=lambda: get_embedder(key, ctx.device, ctx.embed_batch_size),
                 )
                 if fresh:
-                    store.cache_store(conn, key, {h: vectors[h] for h in fresh})
+                    store.cache_store(conn, cache_key(key), {h: vectors[h] for h in fresh})
                 # keyed by each chunk's stored embed_hash: the hash of the same embedded text
                 store.write_vectors(conn, building.id, [(chunk_id, vectors[h]) for chunk_id, h, _, _ in rows])
                 stats.counts["chunks_embedded"] += len(fresh)

@@ -18,7 +18,7 @@ import psycopg
 from pipeline import db, language, store
 from pipeline.chunkers.router import Router
 from pipeline.config import Profile
-from pipeline.embed import embed_with_cache, get_embedder
+from pipeline.embed import cache_key, embed_with_cache, get_embedder
 from pipeline.errors import ConcurrentUpdate, InputError, SkipFile, TransientError
 from pipeline.guard import READY, Bound, FileGuard, file_guard
 from pipeline.incremental import fingerprint, plan_sections
@@ -316,12 +316,12 @@ def embed(b: Batch, work: Sequence[Work]) -> Embedded:
         b.progress.add_total("embed", len(texts))
         if ctx.dry_run:
             hashes = list({embed_hash(t) for t in texts})
-            hits = store.cache_lookup(b.conn, ctx.model, hashes) if hashes else {}
+            hits = store.cache_lookup(b.conn, cache_key(ctx.model), hashes) if hashes else {}
             vectors, fresh = {}, [h for h in hashes if h not in hits]
         else:
             vectors, fresh = embed_with_cache(
                 texts,
-                lookup=lambda hs: store.cache_lookup(b.conn, ctx.model, hs),
+                lookup=lambda hs: store.cache_lookup(b.conn, cache_key(ctx.model), hs),
                 embedder=lambda: get_embedder(ctx.model, ctx.device, ctx.embed_batch_size),
                 progress=lambda n: b.progress.advance("embed", n),
             )
@@ -335,7 +335,7 @@ def store_documents(b: Batch, work: Sequence[Work], embedded: Embedded) -> None:
     ctx = b.ctx
     with b.stats.timed("store"):
         if not ctx.dry_run and embedded.fresh:
-            store.cache_store(b.conn, ctx.model, {h: embedded.vectors[h] for h in embedded.fresh})
+            store.cache_store(b.conn, cache_key(ctx.model), {h: embedded.vectors[h] for h in embedded.fresh})
         done = set() if ctx.dry_run else _write_new_in_bulk(b, work, embedded.vectors)
         for w in work:
             _count_plan(b.stats, w)

@@ -237,3 +237,57 @@ def test_auto_backend_keeps_a_model_the_exporter_cannot_reproduce_on_torch(wide_
     assert exportable(DEFAULT_MODEL) and not exportable(wide_model)
     assert resolve_backend("auto", device="cpu", model=wide_model) == "torch"
     assert model_dim(wide_model) == 768 and model_dim(DEFAULT_MODEL) == 384
+
+
+@pytest.fixture
+def prompted_model(tmp_path) -> Path:
+    """all-MiniLM-L6-v2 saved with e5-style prompts in its config_sentence_transformers.json."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = tmp_path / "minilm-prompted"
+    SentenceTransformer(model_path(DEFAULT_MODEL), device="cpu", prompts={"query": "query: ", "passage": "passage: "}).save(
+        str(folder)
+    )
+    return folder
+
+
+def test_a_models_prompts_reach_it_for_passages_and_queries_and_never_mix(docs, settings, conn, prompted_model):
+    """A model that declares prompts gets its passage prompt before every chunk it embeds and its query
+    prompt before every question; the prompts are part of the chunks' fingerprints and of the cache key, so
+    changing them re-embeds the collection instead of mixing vectors."""
+    import json
+
+    from sentence_transformers import SentenceTransformer
+
+    from pipeline import embed
+    from pipeline.embed import model_prompts, query_embedder
+
+    key = str(prompted_model)
+    assert model_prompts(key) == embed.Prompts("query: ", "passage: ")
+    prompted = Settings(database_url=settings.database_url, model=key)
+    run_ingest([docs], settings=prompted, collection="p")
+    raw = SentenceTransformer(key, device="cpu")
+    text, vec = conn.execute(
+        """SELECT CASE WHEN c.context = '' THEN c.text ELSE c.context || E'\n\n' || c.text END, e.embedding
+           FROM chunks c JOIN chunk_embeddings e ON e.chunk_id = c.id ORDER BY c.id LIMIT 1"""
+    ).fetchone()
+    plain, with_prompt = raw.encode([text, "passage: " + text], normalize_embeddings=True)
+    got = np.asarray(vec.to_numpy(), dtype=np.float32)
+    assert np.allclose(got, with_prompt, atol=1e-4) and not np.allclose(got, plain, atol=1e-3)
+    q = query_embedder(key, prompted).encode([QUESTION])[0]
+    assert np.allclose(q, raw.encode(["query: " + QUESTION], normalize_embeddings=True)[0], atol=1e-4)
+    assert [h.text for h in search(QUESTION, settings=prompted, collection="p", k=1)]
+    # new prompts: every chunk is embedded again with them, none is taken from the cache
+    cfg = prompted_model / "config_sentence_transformers.json"
+    data = json.loads(cfg.read_text())
+    data["prompts"] = {"query": "Query: ", "passage": "Passage: "}
+    cfg.write_text(json.dumps(data))
+    model_prompts.cache_clear()
+    stats = run_ingest([docs], settings=prompted, collection="p").stats
+    n = conn.execute("SELECT count(*) FROM chunks c JOIN collections l ON l.id = c.collection_id WHERE l.name = 'p'").fetchone()[0]
+    assert stats.counts["chunks_embedded"] == n and stats.counts.get("chunks_cached", 0) == 0
+    text, vec = conn.execute(
+        """SELECT CASE WHEN c.context = '' THEN c.text ELSE c.context || E'\n\n' || c.text END, e.embedding
+           FROM chunks c JOIN chunk_embeddings e ON e.chunk_id = c.id ORDER BY c.id LIMIT 1"""
+    ).fetchone()
+    assert np.allclose(np.asarray(vec.to_numpy(), dtype=np.float32), raw.encode(["Passage: " + text], normalize_embeddings=True)[0], atol=1e-4)

@@ -38,8 +38,10 @@ class Router:
 
     def fingerprint(self, doc_type: str) -> str:
         """What, besides content, decides the chunks of this document type."""
+        from pipeline.embed import model_prompts
+
         limit = "" if self.model_limit is None else f":limit={self.model_limit}"
-        return f"{self.profile.fingerprint_for(doc_type)}:{self.model}{limit}"
+        return f"{self.profile.fingerprint_for(doc_type)}:{self.model}{limit}{model_prompts(self.model).tag}"
 
     def document_key(self, doc_type: str) -> str:
         """The key stored with a document: `fingerprint`, the parser's version and the language settings. A

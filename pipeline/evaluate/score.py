@@ -29,10 +29,10 @@ Mode = Literal["vector", "fulltext", "hybrid", "rrf"]
 
 
 def embed_questions(questions: Sequence[Question], settings: Settings) -> np.ndarray:
-    """Question vectors, embedded afresh with the collection's model."""
-    from pipeline.embed import embedder_for
+    """Question vectors, embedded afresh with the collection's model (and its query prompt)."""
+    from pipeline.embed import key_for, query_embedder
 
-    return embedder_for(settings).encode([q.text for q in questions])
+    return query_embedder(key_for(settings), settings).encode([q.text for q in questions])
 
 
 def evaluate_index(
