@@ -17,6 +17,7 @@ import threading
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any, ClassVar
 
 from pipeline.chunkers.base import Chunker, register
@@ -88,6 +89,11 @@ class _Parsed:
         #: syntax nodes visited to build chains (a measure of work for the tests: linear in the file)
         self.steps = 0
 
+    @cached_property
+    def _gaps(self) -> list[int]:
+        """Where each run of white space starts, in order (`signatures` keys a position inside one by it)."""
+        return [m.start() for m in re.finditer(r"\s+", self.text)]
+
     def start(self, node) -> int:
         return self.b2c(node.start_byte)
 
@@ -104,12 +110,26 @@ class _Parsed:
         found = self.scopes.get(pos)
         if found is not None:
             return found
+        text = self.text
+        if pos < len(text) and text[pos].isspace():
+            # inside the white space between two tokens every position has the same innermost node and the
+            # same scopes before it: one lookup per gap (deep indentation is thousands of positions a line)
+            gaps = self._gaps
+            gap = -2 - gaps[bisect_right(gaps, pos) - 1]  # negative: never a position
+            found = self.scopes.get(gap)
+            if found is None:
+                found = self.scopes[gap] = self._signatures_at(pos)
+            self.scopes[pos] = found
+            return found
+        found = self.scopes[pos] = self._signatures_at(pos)
+        return found
+
+    def _signatures_at(self, pos: int) -> tuple[list[str], bool]:
         b = self.c2b(pos)
         node = self.tree.root_node.descendant_for_byte_range(b, b)
         chain, weight = self._chain(node)
         # a scope that starts at pos does not enclose it (nor do scopes inside it)
-        found = self.scopes[pos] = ([sig for s, sig in chain if s < b], weight > self._keep)
-        return found
+        return [sig for s, sig in chain if s < b], weight > self._keep
 
     def _chain(self, node) -> tuple[tuple[tuple[int, str], ...], int]:
         """(start byte, signature) of the scopes from the root down to `node` included, capped; their weight."""
@@ -234,21 +254,33 @@ class CodeChunker(Chunker):
         name = section.heading_path[0] if section.heading_path else doc.title or doc.uri.rsplit("/", 1)[-1]
         head = [f"# {name}"] if name else []
         sigs, capped = p.signatures(span[0])
-        budget = self.context_tokens - self.model_counter.count("\n".join(head + sigs))
+        budget = self.context_tokens - self._count("\n".join(head + sigs))
         if capped and budget >= -self.context_tokens:
             # the kept signatures must outweigh the clip twice over, or the left-off ones could show
             sigs = p.all_signatures(span[0])
-            budget = self.context_tokens - self.model_counter.count("\n".join(head + sigs))
+            budget = self.context_tokens - self._count("\n".join(head + sigs))
         imports: list[str] = []
         for pos, line in p.imports:
             if span[0] <= pos < span[1]:  # already in the text itself
                 continue
-            cost = self.model_counter.count(line)
+            cost = self._count(line)
             if cost > budget:
                 break
             imports.append(line)
             budget -= cost
         return "\n".join(head + imports + sigs)
+
+    def _count(self, text: str) -> int:
+        """The model's count of a context part, memoized: every size check of a span asks for its context,
+        and the spans under one scope share its file name, signatures and imports (a 1,500-deep file made
+        390,000 checks, each tokenizing the same few hundred signature lines again)."""
+        memo: dict[str, int] = self.__dict__.setdefault("_counted", {})
+        n = memo.get(text)
+        if n is None:
+            if len(memo) >= 8192:
+                memo.clear()
+            n = memo[text] = self.model_counter.count(text)
+        return n
 
     def metadata_for(self, doc: Document, section: Section, span: Span) -> dict[str, Any]:
         """The language, so SQL can filter code chunks by it."""
