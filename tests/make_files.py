@@ -89,6 +89,12 @@ def text_pdf(
             data = _rc4(hashlib.md5(key + num.to_bytes(3, "little") + b"\0\0").digest()[:10], data)
         flt = b" /Filter /FlateDecode" if compress else b""
         objs[num] = b"<< /Length %d%s >>\nstream\n%s\nendstream" % (len(data), flt, data)
+    fid = file_id.hex().encode()
+    return _write_pdf(objs, b" /ID [<%s> <%s>]%s" % (fid, fid, trailer_extra))
+
+
+def _write_pdf(objs: dict[int, bytes], trailer_extra: bytes = b"") -> bytes:
+    """The objects numbered as given, an xref table (gaps as free entries) and a trailer rooted at object 1."""
     out = io.BytesIO()
     out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = {}
@@ -100,8 +106,7 @@ def text_pdf(
     out.write(b"xref\n0 %d\n0000000000 65535 f \n" % size)
     for num in range(1, size):
         out.write(b"%010d 00000 n \n" % offsets[num] if num in offsets else b"0000000000 65535 f \n")
-    fid = file_id.hex().encode()
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R /ID [<%s> <%s>]%s >>\n" % (size, fid, fid, trailer_extra))
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R%s >>\n" % (size, trailer_extra))
     out.write(b"startxref\n%d\n%%%%EOF\n" % xref)
     return out.getvalue()
 
@@ -197,18 +202,7 @@ def image_pdf(width: int, height: int, *, layers: int = 1, text: str = "A page w
         b"/Filter %s /Length %d >>\nstream\n%s\nendstream" % (width, height, flt, len(pixels), pixels),
         6: b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
     }
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
-    offsets = {}
-    for num in sorted(objs):
-        offsets[num] = out.tell()
-        out.write(b"%d 0 obj\n%s\nendobj\n" % (num, objs[num]))
-    xref = out.tell()
-    out.write(b"xref\n0 7\n0000000000 65535 f \n")
-    for num in range(1, 7):
-        out.write(b"%010d 00000 n \n" % offsets[num])
-    out.write(b"trailer\n<< /Size 7 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref)
-    return out.getvalue()
+    return _write_pdf(objs)
 
 
 def with_forged_member(base: bytes, name: str, *, real: int, declared: int, fill: bytes = b"\0") -> bytes:
