@@ -74,11 +74,10 @@ def test_an_outage_mid_run_is_waited_out_and_the_run_completes(own_server, folde
     assert status == "completed" and stats.counts["documents_unchanged"] == 4
 
 
-def test_a_database_that_stays_away_ends_the_run_with_one_line_and_exit_2(
-    own_server, folder, monkeypatch, capsys
-):
-    from pipeline import cli
-
+@pytest.fixture
+def stays_away(own_server, monkeypatch) -> str:
+    """The server stops for good while the walruses document is written; CHUNKYARD_DATABASE_URL is its URL
+    and runs wait 2 s for it (the write runs in this process: tasks are threads of it)."""
     url = own_server.get_uri("chunkyard")
     real = store.write_document
 
@@ -90,6 +89,15 @@ def test_a_database_that_stays_away_ends_the_run_with_one_line_and_exit_2(
     monkeypatch.setattr(store, "write_document", lose_the_server)
     monkeypatch.setenv("CHUNKYARD_DATABASE_URL", url)
     monkeypatch.setenv("CHUNKYARD_DB_RETRY_SECONDS", "2")
+    return url
+
+
+def test_a_database_that_stays_away_ends_the_run_with_one_line_and_exit_2(
+    own_server, stays_away, folder, monkeypatch, capsys
+):
+    from pipeline import cli
+
+    url = stays_away
     monkeypatch.setattr(sys, "argv", ["chunkyard", "ingest", str(folder), "--no-prefect"])
     with pytest.raises(SystemExit) as exit_:
         cli.main()
@@ -106,21 +114,10 @@ def test_a_database_that_stays_away_ends_the_run_with_one_line_and_exit_2(
 
 @pytest.mark.slow
 def test_a_database_that_stays_away_from_a_prefect_run_is_one_line_and_exit_2(
-    own_server, folder, monkeypatch, capfd, prefect_api
+    stays_away, folder, monkeypatch, capfd, prefect_api
 ):
     from pipeline import cli
 
-    url = own_server.get_uri("chunkyard")
-    real = store.write_document
-
-    def lose_the_server(conn, **kw):
-        if kw["doc"].uri.endswith("walruses.md"):
-            stop(own_server)
-        return real(conn, **kw)
-
-    monkeypatch.setattr(store, "write_document", lose_the_server)  # tasks run in threads of this process
-    monkeypatch.setenv("CHUNKYARD_DATABASE_URL", url)
-    monkeypatch.setenv("CHUNKYARD_DB_RETRY_SECONDS", "2")
     monkeypatch.setenv("CHUNKYARD_FILES_PER_BATCH", "1")
     monkeypatch.setattr(sys, "argv", ["chunkyard", "ingest", str(folder)])  # the default: a Prefect flow
     with pytest.raises(SystemExit) as exit_:
