@@ -25,6 +25,12 @@ demo: install
 test: install
 	$(BIN)/python -m pytest
 
+# The peers' packages (LangChain, LlamaIndex, Chonkie, semchunk, CocoIndex), then the chunker throughput table;
+# every benchmark is a script in bench/ with its own --help.
+bench: install
+	$(BIN)/pip install -e ".[bench]"
+	$(BIN)/python bench/chunkers.py --repeats 3
+
 lint: install
 	$(BIN)/ruff check pipeline flows tests bench
 

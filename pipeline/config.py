@@ -371,7 +371,7 @@ def _explain(exc: ValidationError, origin: str) -> str:
     lines = []
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"])
-        lines.append(f"{origin}: {loc}: {err['msg']}")
+        lines.append(f"{origin}: {loc}: {err['msg']}" if loc else f"{origin}: {err['msg']}")
     return "\n".join(lines)
 
 

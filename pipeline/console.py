@@ -79,9 +79,8 @@ def summary(s: dict) -> None:
     """A run's summary as a compact key/value table that fits 80 columns, and a dry run's plan."""
     g = s["counts"].get
     dry = bool(s["plan"]) or s.get("run_id") is None
-    t = Table(
-        title=f"run {s.get('run_id')} · {s.get('status')}" + (" · dry run" if dry else ""), show_header=False
-    )
+    title = "dry run · nothing written" if s.get("run_id") is None else f"run {s['run_id']} · {s.get('status')}"
+    t = Table(title=title + (" · dry run" if dry and s.get("run_id") is not None else ""), show_header=False)
     t.add_column(style="bold")
     t.add_column()
 

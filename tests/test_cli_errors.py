@@ -137,3 +137,20 @@ def test_a_temporary_prefect_server_left_by_a_killed_command_is_stopped_by_the_n
         time.sleep(0.1)
     else:
         raise AssertionError("the orphaned server is still running")
+
+
+def test_first_hour_messages(tmp_path, database_url, docs):
+    """Issue 26's small ones: `db url` exists as --help says; a missing model folder is an error for a dry
+    run too; a bad strategy's message has no empty field; a dry run is not titled "run None"."""
+    res = cli("db", "url", url=database_url, cwd=tmp_path)
+    assert res.returncode == 0 and res.stdout.strip() == database_url
+    assert "url" in cli("db", "--help", url=database_url, cwd=tmp_path).stdout
+    one_line_error(
+        cli("reindex", "-c", "default", "--model", str(tmp_path / "nope"), "--dry-run", url=database_url, cwd=tmp_path),
+        "no such folder",
+    )  # fmt: skip
+    res = cli("chunk", str(docs / "getting-started.md"), "--strategy", "bogus", url=database_url, cwd=tmp_path)
+    one_line_error(res, "--strategy bogus: Input tag 'bogus'")
+    assert ": :" not in res.stderr
+    res = cli("ingest", str(docs), "--dry-run", "--no-prefect", url=database_url, cwd=tmp_path)
+    assert res.returncode == 0 and "run None" not in res.stdout and "dry run" in res.stdout, res.stdout

@@ -110,3 +110,14 @@ def test_no_role_runs_its_code_as_the_owner_through_pg_temp(two_collections, con
                   "generate_series(1, 1000) id")  # fmt: skip
         assert c.execute("SELECT chunkyard_vector_index(%s, true)", (set_id,)).fetchone()[0] is True
         assert c.execute("SELECT chunkyard_vector_index(%s, true)", (10**9,)).fetchone()[0] is False
+
+
+def test_a_grant_of_an_unknown_collection_or_to_an_unknown_role_is_an_error(two_collections, conn, login):  # noqa: F811
+    tenant = login("chunkyard_reader")
+    with pytest.raises(psycopg.errors.UndefinedObject, match="no collection 'nosuch'"):
+        conn.execute("SELECT chunkyard_grant('nosuch', %s)", (tenant,))
+    with pytest.raises(psycopg.errors.UndefinedObject, match="no role 'nobody_here'"):
+        conn.execute("SELECT chunkyard_grant('a', 'nobody_here')")
+    conn.execute("SELECT chunkyard_grant('a', %s)", (tenant,))
+    conn.execute("SELECT chunkyard_grant('a', %s)", (tenant,))  # twice is once
+    assert conn.execute("SELECT count(*) FROM collection_readers").fetchone()[0] == 1

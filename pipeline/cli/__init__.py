@@ -166,6 +166,18 @@ def _preflight(collection: str | None, *, embeds: bool = False) -> None:
             )
 
 
+def _check_model(model: str) -> None:
+    """A model named by a path must be a folder that is there (nothing is downloaded at run time): said
+    before anything runs, a dry run included."""
+    from pipeline.tokens import model_path
+
+    path = Path(model_path(model)).expanduser()
+    looks_like_a_path = model.startswith(("/", ".", "~")) or path.exists()
+    if looks_like_a_path and not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+        why = "no such folder" if not path.exists() else "not a sentence-transformers model folder"
+        raise ConfigError(f"--model {model}: {why} (give the folder of a model saved with sentence-transformers)")
+
+
 def _debug() -> bool:
     import os
 
@@ -291,6 +303,7 @@ def reindex(
     prof = _profile(profile, strategy, param) if (profile or strategy) else None
     params = {"collection": collection, "profile": prof.as_json() if prof else None}
     if model is not None:
+        _check_model(model)
         params = {"collection": collection, "model": model, "dry_run": dry_run}
     _run(_flow("reindex", params, workers=workers, dask_address=dask_address), as_json=as_json)
 

@@ -20,6 +20,7 @@ from pipeline.errors import ConfigError
 
 
 @app.command("db-url")
+@db_app.command("url")
 def db_url() -> None:
     """Print the database URL (starting the embedded server and leaving it running: `chunkyard db stop`)."""
     from pipeline import db
