@@ -156,14 +156,21 @@ def _swap_for_link(path: Path, target: Path) -> Callable[[], None]:
     return swap
 
 
-def test_a_file_swapped_for_an_outside_link_after_discovery_is_not_read(tmp_path, settings, conn):
+@pytest.fixture
+def src_and_secret(tmp_path) -> tuple[Path, Path]:
+    """A folder to ingest, and a secret file in a folder beside it (outside it)."""
     d, outside = tmp_path / "src", tmp_path / "outside"
     d.mkdir()
     outside.mkdir()
     (outside / "secret.md").write_text(SECRET)
+    return d, outside / "secret.md"
+
+
+def test_a_file_swapped_for_an_outside_link_after_discovery_is_not_read(src_and_secret, settings, conn):
+    d, secret = src_and_secret
     (d / "good.md").write_text("# Good\n\nPelicans.\n")
     (d / "note.md").write_text("# Note\n\nHerons.\n")
-    swap = _swap_for_link(d / "note.md", outside / "secret.md")
+    swap = _swap_for_link(d / "note.md", secret)
     stats, _, status = run_ingest([d], settings=settings, executor=SwapBeforeBatches(swap))
     assert status is RunStatus.COMPLETED
     assert conn.execute("SELECT count(*) FROM chunks WHERE text LIKE '%swordfish%'").fetchone()[0] == 0
@@ -173,15 +180,12 @@ def test_a_file_swapped_for_an_outside_link_after_discovery_is_not_read(tmp_path
     ]
 
 
-def test_a_stored_file_swapped_for_an_outside_link_mid_run_loses_its_rows(tmp_path, settings, conn):
-    d, outside = tmp_path / "src", tmp_path / "outside"
-    d.mkdir()
-    outside.mkdir()
-    (outside / "secret.md").write_text(SECRET)
+def test_a_stored_file_swapped_for_an_outside_link_mid_run_loses_its_rows(src_and_secret, settings, conn):
+    d, secret = src_and_secret
     (d / "note.md").write_text("# Note\n\nHerons.\n")
     run_ingest([d], settings=settings)
     (d / "note.md").write_text("# Note\n\nHerons, edited.\n")  # changed: resume leaves it to the batch
-    swap = _swap_for_link(d / "note.md", outside / "secret.md")
+    swap = _swap_for_link(d / "note.md", secret)
     stats, _, status = run_ingest([d], settings=settings, executor=SwapBeforeBatches(swap))
     assert status is RunStatus.COMPLETED
     assert conn.execute("SELECT count(*) FROM chunks WHERE text LIKE '%swordfish%'").fetchone()[0] == 0
@@ -205,15 +209,12 @@ def test_a_folder_on_the_way_swapped_for_an_outside_link_is_not_read(tmp_path, s
     assert [u.rsplit("/", 1)[-1] for u, w in stats.skipped if "outside the folder" in w] == ["note.md"]
 
 
-def test_a_later_run_removes_the_rows_of_a_file_that_became_an_outside_link(tmp_path, settings, conn):
-    d, outside = tmp_path / "src", tmp_path / "outside"
-    d.mkdir()
-    outside.mkdir()
-    (outside / "secret.md").write_text(SECRET)
+def test_a_later_run_removes_the_rows_of_a_file_that_became_an_outside_link(src_and_secret, settings, conn):
+    d, secret = src_and_secret
     (d / "note.md").write_text("# Note\n\nHerons.\n")
     (d / "keep.md").write_text("# Keep\n\nPelicans.\n")
     run_ingest([d], settings=settings)
-    _swap_for_link(d / "note.md", outside / "secret.md")()
+    _swap_for_link(d / "note.md", secret)()
     stats, _, status = run_ingest([d], settings=settings)
     assert status is RunStatus.COMPLETED
     assert _stored(conn) == {"keep.md"} and stats.counts["documents_deleted"] == 1
