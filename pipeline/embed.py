@@ -133,9 +133,7 @@ def query_embedder(stored_key: str, settings: Settings) -> Encoder:
     if not installed(backend):
         backend = resolve_backend(settings.embed_backend, device=settings.device)
     key = embedding_key(model, backend)
-    with _lock:
-        encoder = _load(key, settings.device, settings.embed_batch_size, None)
-    return _prompted(encoder, model_prompts(key).query)
+    return _prompted(_loaded(key, settings.device, settings.embed_batch_size, None), model_prompts(key).query)
 
 
 def models_dir() -> Path:
@@ -218,8 +216,13 @@ def get_embedder(
     `model` is an embedding key: a plain model name is torch; `MODEL@openvino-int8` the exported model
     (exported from the local weights on first use, into `cache_dir`, default CHUNKYARD_DATA_DIR/models).
     """
+    return _prompted(_loaded(model, device, batch_size, cache_dir), model_prompts(model).document)
+
+
+def _loaded(key: str, device: str | None, batch_size: int, cache_dir: Path | None) -> Encoder:
+    """The model of an embedding key, loaded once per process, also when several task threads ask at once."""
     with _lock:
-        return _prompted(_load(model, device, batch_size, cache_dir), model_prompts(model).document)
+        return _load(key, device, batch_size, cache_dir)
 
 
 class Prompts(NamedTuple):

@@ -204,9 +204,8 @@ class Run:
                 if coll is None:
                     dim = model_dim(settings.model)
                     coll = store.ensure_collection(
-                        conn, collection, profile=profile.as_json(), model=key, dim=dim,
-                        languages=model_languages(key),
-                    )  # fmt: skip
+                        conn, collection, profile=profile.as_json(), model=key, dim=dim
+                    )  # its set's languages are recorded under the lock, below
                 coll_id = coll.id
                 _take_lock(
                     conn, collection, coll_id, wait=lock_wait, timeout_s=settings.lock_timeout_s,

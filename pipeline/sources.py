@@ -131,14 +131,11 @@ def discover(
             errors.append(InputError(shown(raw), "no such file or directory", stage="discover"))
             continue
         for path, within in _walk(root, errors, skipped, follow=follow_external_links):
-            kind = detect(path)
-            if kind is None:
-                skipped.append(
-                    Skipped(source_uri(path), f"unsupported file type {shown(path.suffix) or '(none)'!r}")
-                )
-                continue
-            sf = SourceFile(path, source_uri(path), kind[0], kind[1], root=within)
-            found.setdefault(sf.uri, sf)
+            sf = _source(path, within)
+            if isinstance(sf, Skipped):
+                skipped.append(sf)
+            else:
+                found.setdefault(sf.uri, sf)
     return sorted(found.values(), key=lambda s: s.uri), skipped, errors
 
 
@@ -226,14 +223,17 @@ def typed(
     skipped: list[Skipped] = []
     for raw in paths:
         path = Path(raw)
-        kind = detect(path)
-        if kind is None:
-            skipped.append(
-                Skipped(source_uri(path), f"unsupported file type {shown(path.suffix) or '(none)'!r}")
-            )
-            continue
-        files.append(SourceFile(path, source_uri(path), kind[0], kind[1], root=root_of(path, roots)))
+        sf = _source(path, root_of(path, roots))
+        (skipped if isinstance(sf, Skipped) else files).append(sf)  # type: ignore[arg-type]
     return files, skipped
+
+
+def _source(path: Path, root: Path | None) -> SourceFile | Skipped:
+    """A path as a typed source file found under `root`, or skipped for its unsupported type."""
+    kind = detect(path)
+    if kind is None:
+        return Skipped(source_uri(path), f"unsupported file type {shown(path.suffix) or '(none)'!r}")
+    return SourceFile(path, source_uri(path), kind[0], kind[1], root=root)
 
 
 def read_folders(paths: Iterable[str | Path], *, follow_external_links: bool = False) -> list[str]:
