@@ -15,12 +15,9 @@ words, CJK bigrams) and its sentence boundaries. A profile or the CLI may set it
 from __future__ import annotations
 
 import fnmatch
-import logging
 import re
 
 from pipeline.model import Document
-
-log = logging.getLogger(__name__)
 
 #: The language assumed when detection is not reliable (a short or mostly symbolic text): the default
 #: model's, and what every collection stored before languages were detected was analysed as.
