@@ -325,10 +325,10 @@ def test_profile_defaults_are_the_measured_ones():
         "code": "code",
         "chat": "chat",
     }
-    # prose and docs: small children without overlap, the best recall and IoU on Chroma's benchmark (README)
+    # prose and docs: small children without overlap, the best recall and IoU on Chroma's benchmark (docs/benchmarks.md)
     assert p.markdown.size == p.html.size == p.text.size == p.pdf.size == p.docx.size == 144
     assert p.markdown.overlap == p.html.overlap == p.text.overlap == 0
-    # a paragraph up to 256 tokens is kept whole (README: more recall and IoU at every budget)
+    # a paragraph up to 256 tokens is kept whole (docs/benchmarks.md: more recall and IoU at every budget)
     assert p.markdown.keep_whole == p.html.keep_whole == p.text.keep_whole == p.pdf.keep_whole == 256
     assert 256 <= p.code.size <= 512
     assert 3 <= p.chat.max_turns <= 5

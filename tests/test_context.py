@@ -157,7 +157,7 @@ def test_context_is_a_choice_named_in_errors_and_params():
 
 
 def test_the_default_is_title_and_nearest_heading():
-    """Chosen on retrieval and re-embeds (README): a stored `true` stays the full path, so it keeps its rows."""
+    """Chosen on retrieval and re-embeds (docs/architecture.md): a stored `true` stays the full path, so it keeps its rows."""
     assert Profile().markdown.context == Profile().text.context == "title_heading"
     assert profile_from_dict({"markdown": {"kind": "markdown", "context": True}}).markdown.context == "path"
     assert Profile().fingerprint_for("markdown") != profile_from_dict(
