@@ -19,9 +19,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
-
-from tests.conftest import _with_db
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = {"bash", "sh", "console", "sql", "python"}
@@ -66,18 +63,8 @@ def test_every_block_that_is_not_run_says_why():
     assert all(b.lang in RUNS | {"toml", "text", "ini", "json"} for b in found), [b.lang for b in found]
 
 
-@pytest.fixture(scope="module")
-def work(pg_server, template_db, tmp_path_factory):
-    """A fresh database, a copy of examples/ to run in, and an environment whose `chunkyard` is this tree's."""
-    name = f"readme_{os.getpid()}"
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template_db)
-            )
-        )
-    url = _with_db(pg_server, name)
-    cwd = tmp_path_factory.mktemp("readme")
+def environment(url: str, cwd: Path) -> dict:
+    """A copy of examples/ in cwd, and an environment whose `chunkyard` is this tree's, on the test database."""
     shutil.copytree(ROOT / "examples", cwd / "examples")
     bin_dir = cwd / ".bin"
     bin_dir.mkdir()
@@ -99,9 +86,7 @@ def work(pg_server, template_db, tmp_path_factory):
         HF_HUB_OFFLINE="1",
     )
     env.pop("PREFECT_API_URL", None)
-    yield url, cwd, env
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    return env
 
 
 def _shell(body: str, where: str, cwd: Path, env: dict) -> str:
@@ -179,20 +164,14 @@ def run_blocks(path: Path, url: str, cwd: Path, env: dict) -> int:
     return n
 
 
-def test_the_readme_runs(work):
-    url, cwd, env = work
-    assert run_blocks(ROOT / "README.md", url, cwd, env) >= 4
-    with psycopg.connect(url) as conn:  # the quick start stored the sample folder, and the eval run is kept
-        assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] == len(
-            list((ROOT / "examples/docs").iterdir())
-        )
-        assert conn.execute("SELECT count(*) FROM eval_results").fetchone()[0] >= 1
-
-
-def test_the_sql_reference_runs(work):
-    url, cwd, env = work
-    with psycopg.connect(url) as conn:
+def test_the_readme_and_the_sql_reference_run(database_url, tmp_path):
+    """One ingest of examples/ (the README's quick start) serves both files: docs/sql.md runs after the README."""
+    env = environment(database_url, tmp_path)
+    assert run_blocks(ROOT / "README.md", database_url, tmp_path, env) >= 4
+    with psycopg.connect(
+        database_url
+    ) as conn:  # the quick start stored the sample folder, the eval run is kept
         stored = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
-    if not stored:  # run on its own: the README's ingest has not happened
-        _shell("chunkyard ingest ./examples/docs", "setup", cwd, env)
-    assert run_blocks(ROOT / "docs" / "sql.md", url, cwd, env) >= 3
+        assert stored == len(list((ROOT / "examples" / "docs").iterdir()))
+        assert conn.execute("SELECT count(*) FROM eval_results").fetchone()[0] >= 1
+    assert run_blocks(ROOT / "docs" / "sql.md", database_url, tmp_path, env) >= 3
