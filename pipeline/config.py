@@ -33,16 +33,6 @@ ContextMode = Literal["none", "title", "heading", "title_heading", "path"]
 #: Stored profiles from before `context` was a choice, and their fingerprints (unchanged: no re-chunk).
 CONTEXT_FROM_BOOL: dict[bool, ContextMode] = {True: "path", False: "none"}
 
-#: Embedding backends and the tag their vectors carry in the embedding key (torch: the model's own vectors).
-BACKEND_TAGS = {"torch": "", "openvino": "openvino-int8", "onnx": "onnx-fp32"}
-
-
-def base_model(key: str) -> str:
-    """The model of an embedding key (`MODEL@openvino-int8` -> `MODEL`); a plain model name as it is."""
-    name, sep, tag = key.rpartition("@")
-    return name if sep and tag and tag in BACKEND_TAGS.values() else key
-
-
 class Settings(BaseSettings):
     """Process-wide settings; every field can be set as CHUNKYARD_<NAME>."""
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from pipeline import db, store
 from pipeline.config import Profile, Settings, profile_from_dict
-from pipeline.embed import embedding_key, resolve_backend
+from pipeline.embed import key_for
 from pipeline.errors import ConfigError
 from pipeline.model import Progress, RunKind, Stage, Stats
 from pipeline.run import BATCH_BYTES, Executor, Run, RunResult
@@ -150,7 +150,7 @@ def run_model_switch(
     set while search reads the old one, which the new one replaces in one transaction when complete. The
     backend is this machine's (CHUNKYARD_EMBED_BACKEND); a dry run counts the vectors needed and cached."""
     settings = settings or Settings()
-    key = embedding_key(model, resolve_backend(settings.embed_backend, device=settings.device, model=model))
+    key = str(key_for(settings, model))
     stored, _ = collection_sources(settings, collection)
     params = {"collection": collection, "model": key, "flow": "reindex"}
     with Run.begin(

@@ -9,8 +9,7 @@ the old set serving and the new one 'building': the next switch to the same mode
 from __future__ import annotations
 
 from pipeline import db, store
-from pipeline.config import base_model
-from pipeline.embed import cache_key, embed_with_cache, get_embedder, model_dim, model_languages
+from pipeline.embed import base_model, cache_key, embed_with_cache, get_embedder, model_dim, model_languages
 from pipeline.errors import ConfigError
 from pipeline.model import NoProgress, Progress, RunContext, Stats, embedded_text
 

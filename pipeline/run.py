@@ -21,8 +21,8 @@ from typing import Any, NamedTuple, Protocol
 import psycopg
 
 from pipeline import db, stages, store
-from pipeline.config import Profile, Settings, base_model, check_collection_name
-from pipeline.embed import key_for, model_dim, model_languages, split_key
+from pipeline.config import Profile, Settings, check_collection_name
+from pipeline.embed import EmbeddingKey, key_for, model_dim, model_languages
 from pipeline.errors import ConfigError, DatabaseUnavailable, TransientError
 from pipeline.model import (
     Collection,
@@ -488,21 +488,17 @@ def embedding_model(settings: Settings, coll: Collection | None) -> str:
     for an existing collection is an error that says how to switch (a reindex with --model)."""
     key = key_for(settings)
     if coll is None or coll.vectors is None:
-        return key
-    asked, (model, backend), (stored_model, stored_backend) = (
-        settings.model_fields_set,
-        split_key(key),
-        split_key(coll.vectors.model),
-    )
-    other_model = "model" in asked and model != stored_model
+        return str(key)
+    asked, stored = settings.model_fields_set, EmbeddingKey.parse(coll.vectors.model)
+    other_model = "model" in asked and key.model != stored.model
     other_backend = (
-        "embed_backend" in asked and settings.embed_backend != "auto" and backend != stored_backend
+        "embed_backend" in asked and settings.embed_backend != "auto" and key.backend != stored.backend
     )
     if other_model or other_backend:
         raise ConfigError(
             f"collection {coll.name!r} is embedded with {coll.vectors.model}, and this run asks for {key}; "
             f"to move it to the new model while search keeps serving the old one, run "
-            f"`chunkyard reindex --collection {coll.name} --model {base_model(key)}`; to keep it, unset "
+            f"`chunkyard reindex --collection {coll.name} --model {key.model}`; to keep it, unset "
             "CHUNKYARD_MODEL / CHUNKYARD_EMBED_BACKEND for this collection"
         )
     return coll.vectors.model

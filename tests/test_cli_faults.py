@@ -62,6 +62,7 @@ def test_search_of_a_missing_collection_exits_2_with_one_line_and_no_thread_left
     get_embedder(embedding_key(tiny_model, "openvino"), cache_dir=models_cache)
     env = {
         "CHUNKYARD_DATA_DIR": str(models_cache.parent),
+        "CHUNKYARD_EXPORT_CACHE": str(models_cache),
         "CHUNKYARD_MODEL": tiny_model,
         "CHUNKYARD_EMBED_BACKEND": "openvino",
         "CHUNKYARD_DATABASE_URL": database_url if database == "running" else DEAD_URL,
@@ -146,7 +147,8 @@ def test_the_onnx_backend_without_its_extra_fails_up_front_and_creates_nothing(
     env = {
         "CHUNKYARD_DATABASE_URL": database_url,
         "CHUNKYARD_EMBED_BACKEND": "onnx",
-        "CHUNKYARD_DATA_DIR": str(tmp_path / "data"),  # no export of the model there yet
+        "CHUNKYARD_DATA_DIR": str(tmp_path / "data"),
+        "CHUNKYARD_EXPORT_CACHE": str(tmp_path / "exports"),  # no export of the model there yet
     }
     args = ["ingest", str(folder), "-c", "onnx"] + ([] if prefect else ["--no-prefect"])
     res = cli(*args, env=env, prelude=f"sys.modules[{module!r}] = None  # not installed")

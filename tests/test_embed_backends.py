@@ -1,7 +1,7 @@
 """Embedding backends: keys, export once from local weights, vectors close to torch's, cache separation.
 
 A tiny BERT (random weights, the real tokenizer, 384 dimensions) makes export and quantisation take seconds;
-one slow test checks the shipped all-MiniLM-L6-v2 (exported once per machine into the data directory).
+one slow test checks the shipped all-MiniLM-L6-v2 (exported once per machine into the per-user export cache).
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.config import DEFAULT_MODEL, Settings, base_model
+from pipeline.config import DEFAULT_MODEL, Settings
 from pipeline.embed import (
     Embedder,
+    EmbeddingKey,
+    base_model,
     embedding_key,
     get_embedder,
     key_for,
     resolve_backend,
-    split_key,
 )
 from pipeline.errors import ConfigError
 from pipeline.ingest import run_ingest, run_model_switch
@@ -37,14 +38,33 @@ def test_keys_round_trip_and_resolve_to_the_model():
     assert embedding_key(DEFAULT_MODEL, "torch") == DEFAULT_MODEL
     key = embedding_key(DEFAULT_MODEL, "openvino")
     assert key == f"{DEFAULT_MODEL}@openvino-int8"
-    assert split_key(key) == (DEFAULT_MODEL, "openvino")
-    assert split_key(DEFAULT_MODEL) == (DEFAULT_MODEL, "torch")
+    assert EmbeddingKey.parse(key) == EmbeddingKey(DEFAULT_MODEL, "openvino")
+    assert EmbeddingKey.parse(DEFAULT_MODEL) == EmbeddingKey(DEFAULT_MODEL, "torch")
     assert embedding_key(key, "onnx") == f"{DEFAULT_MODEL}@onnx-fp32"  # never stacked
     assert base_model("/models/a@b") == "/models/a@b"  # an unknown tag is part of the name
     assert model_path(key) == model_path(DEFAULT_MODEL)
-    assert key_for(Settings(embed_backend="torch")) == DEFAULT_MODEL
+    assert str(key_for(Settings(embed_backend="torch"))) == DEFAULT_MODEL
     with pytest.raises(ConfigError, match="backend"):
         embedding_key(DEFAULT_MODEL, "tpu")
+
+
+@pytest.mark.parametrize(
+    ("text", "model", "backend"),
+    [
+        (DEFAULT_MODEL, DEFAULT_MODEL, "torch"),
+        (f"{DEFAULT_MODEL}@openvino-int8", DEFAULT_MODEL, "openvino"),
+        ("/m/e5@onnx-fp32", "/m/e5", "onnx"),
+        ("/models/a@b", "/models/a@b", "torch"),  # an unknown tag: a folder's name
+        ("x@", "x@", "torch"),
+        ("/models/a@b@openvino-int8", "/models/a@b", "openvino"),
+    ],
+)
+def test_a_stored_key_parses_and_formats_back_byte_for_byte(text, model, backend):
+    """Keys are stored in the database: parsing one and writing it back gives the same text."""
+    key = EmbeddingKey.parse(text)
+    assert (key.model, key.backend) == (model, backend)
+    assert str(key) == text == str(EmbeddingKey(model, backend))
+    assert EmbeddingKey.parse(key) is key and {key, EmbeddingKey(model, backend)} == {key}
 
 
 def test_auto_is_torch_on_a_gpu_device():
@@ -80,7 +100,7 @@ def tiny_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def models_cache(tmp_path_factory) -> Path:
-    """CHUNKYARD_DATA_DIR/models of a throwaway data directory: the tests' exports go there."""
+    """A throwaway export cache (CHUNKYARD_EXPORT_CACHE): the tests' exports go there."""
     return tmp_path_factory.mktemp("data") / "models"
 
 
@@ -91,7 +111,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_openvino_int8_export_is_close_to_torch_and_made_once(tiny_model, models_cache):
     pytest.importorskip("openvino")
     pytest.importorskip("nncf")
-    from pipeline.embed_export import export_dir
+    from pipeline.embed.export_cache import export_dir
 
     ov = get_embedder(embedding_key(tiny_model, "openvino"), cache_dir=models_cache)
     vecs = ov.encode(TEXTS)
@@ -104,7 +124,7 @@ def test_openvino_int8_export_is_close_to_torch_and_made_once(tiny_model, models
     assert meta["tag"] == "openvino-int8" and (folder / "model.xml").exists()
     assert "FakeQuantize" in (folder / "model.xml").read_text()  # int8: NNCF quantised it
     stamp = (folder / "meta.json").stat().st_mtime_ns
-    from pipeline.embed_runtime import load_exported
+    from pipeline.embed.runtime import load_exported
 
     again = load_exported(tiny_model, "openvino", cache_dir=models_cache, batch_size=2)
     assert (folder / "meta.json").stat().st_mtime_ns == stamp  # loaded, not exported again
@@ -124,7 +144,7 @@ def test_a_backend_switch_re_embeds_once_and_reuses_only_its_own_vectors(
 ):
     pytest.importorskip("openvino")
     pytest.importorskip("nncf")
-    monkeypatch.setenv("CHUNKYARD_DATA_DIR", str(models_cache.parent))
+    monkeypatch.setenv("CHUNKYARD_EXPORT_CACHE", str(models_cache))
 
     def settings(backend: str) -> Settings:
         return Settings(database_url=database_url, model=tiny_model, embed_backend=backend)
@@ -148,7 +168,7 @@ def test_a_backend_switch_re_embeds_once_and_reuses_only_its_own_vectors(
 
 @pytest.mark.slow
 def test_shipped_model_int8_is_close_to_torch():
-    """all-MiniLM-L6-v2 through OpenVINO int8 (exported once per machine into CHUNKYARD_DATA_DIR/models)."""
+    """all-MiniLM-L6-v2 through OpenVINO int8 (exported once per machine into the per-user export cache)."""
     pytest.importorskip("openvino")
     pytest.importorskip("nncf")
     ov = get_embedder(embedding_key(DEFAULT_MODEL, "openvino"))
@@ -197,7 +217,7 @@ def test_importing_the_cli_loads_nothing_heavy():
 def test_search_imports_no_torch(docs, database_url, tiny_model, models_cache, monkeypatch):
     pytest.importorskip("openvino")
     pytest.importorskip("nncf")
-    env = {"CHUNKYARD_DATA_DIR": str(models_cache.parent), "CHUNKYARD_MODEL": tiny_model,
+    env = {"CHUNKYARD_EXPORT_CACHE": str(models_cache), "CHUNKYARD_MODEL": tiny_model,
            "CHUNKYARD_EMBED_BACKEND": "openvino", "CHUNKYARD_DATABASE_URL": database_url}  # fmt: skip
     for k, v in env.items():
         monkeypatch.setenv(k, v)

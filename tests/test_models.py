@@ -232,7 +232,7 @@ def test_auto_backend_keeps_a_model_the_exporter_cannot_reproduce_on_torch(wide_
     """The exported graph is transformer + pooling (+ normalisation): a model with a Dense layer after the
     pooling would come out 384 wide, so `auto` runs it on torch, and the dimension is the Dense layer's."""
     from pipeline.embed import model_dim, resolve_backend
-    from pipeline.embed_export import exportable
+    from pipeline.embed.export import exportable
 
     assert exportable(DEFAULT_MODEL) and not exportable(wide_model)
     assert resolve_backend("auto", device="cpu", model=wide_model) == "torch"

@@ -140,6 +140,15 @@ def test_search_cli_modes(small):
     )  # exit 2 in main()
 
 
+def test_search_embeds_with_the_collections_model_not_the_settings(small, tmp_path):
+    """The question is embedded with the model the collection's vectors came from (its stored key): a
+    CHUNKYARD_MODEL meant for another collection, here a folder that is not there, is never loaded."""
+    env = {"CHUNKYARD_MODEL": str(tmp_path / "no-such-model")}
+    res = CliRunner().invoke(app, ["search", "rotate keys", "-k", "1", "--mode", "vector", "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)[0]["source_uri"].endswith("keys.txt")
+
+
 def test_upgrade_from_schema_version_1(pg_server, monkeypatch):
     """A database made by version 1 (ts_rank RRF, 'simple' full text) upgrades in place, rows kept."""
     from psycopg import sql

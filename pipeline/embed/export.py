@@ -2,9 +2,11 @@
 
 OpenVINO's converter and NNCF's post-training quantisation are called directly (not through optimum-intel,
 whose releases pin transformers < 5.6). The graph takes `input_ids` and `attention_mask` and returns the
-pooled, normalized sentence vector, so the run-time side (`embed_runtime`) needs neither torch nor
+pooled, normalized sentence vector, so the run-time side (`runtime`) needs neither torch nor
 transformers. Calibration uses prose that ships with Python (the language reference in `pydoc_data`), never
 a benchmark's questions.
+
+Where exports are kept, and how they are made once: `export_cache`.
 """
 
 from __future__ import annotations
@@ -13,21 +15,13 @@ import json
 import logging
 import os
 import re
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 
-from pipeline.config import BACKEND_TAGS
-from pipeline.tokens import model_path, sentence_modules
-
-log = logging.getLogger(__name__)
+from pipeline.embed.meta import model_path, sentence_modules
 
 #: Calibration passages for NNCF: a few hundred, long paragraphs and short sentences (queries are short).
 CALIBRATION_SIZE = 300
-
-#: Bump when the exported graph changes: an older export is redone, never loaded.
-EXPORT_VERSION = 1
 
 
 def pooling(model: str) -> tuple[str, bool]:
@@ -79,70 +73,6 @@ def calibration_texts(n: int = CALIBRATION_SIZE) -> list[str]:
     return picked + short[: n - len(picked)]
 
 
-def source_stamp(model: str) -> str:
-    """What identifies the local weights an export was made from (names, sizes, config)."""
-    root = Path(model_path(model))
-    files = sorted(p for p in root.glob("*") if p.suffix in (".safetensors", ".bin", ".json") and p.is_file())
-    return ";".join(f"{p.name}:{p.stat().st_size}" for p in files)
-
-
-def export_dir(model: str, backend: str, cache_dir: Path) -> Path:
-    """The folder an export lives in: one per model and backend (the tag names the quantisation)."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "--", model.strip("/"))[-120:]
-    return cache_dir / slug / BACKEND_TAGS[backend]
-
-
-def is_current(folder: Path, model: str) -> bool:
-    """Whether a finished export of these weights, by this exporter version, is in the folder."""
-    meta = folder / "meta.json"
-    if not meta.exists():
-        return False
-    m = json.loads(meta.read_text())
-    return m.get("version") == EXPORT_VERSION and m.get("source") == source_stamp(model)
-
-
-def ensure_exported(model: str, backend: str, cache_dir: Path) -> Path:
-    """The export's folder, exporting first if needed (one process at a time; others wait and reuse it)."""
-    from filelock import FileLock
-
-    folder = export_dir(model, backend, cache_dir)
-    if is_current(folder, model):
-        return folder
-    from pipeline.embed import require_export_modules
-
-    require_export_modules(model, backend, cache_dir=cache_dir)  # one line, not the export subprocess's traceback
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(folder) + ".lock"):
-        if is_current(folder, model):
-            return folder
-        log.warning("exporting %s for the %s backend once, into %s (about a minute)", model, backend, folder)
-        tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=folder.parent))
-        tmp.chmod(0o755)
-        try:
-            _export_in_subprocess(model, backend, tmp)
-            meta = {"model": model, "backend": backend, "tag": BACKEND_TAGS[backend]}
-            meta |= {"version": EXPORT_VERSION, "source": source_stamp(model)}
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-            if folder.exists():
-                shutil.rmtree(folder)
-            os.replace(tmp, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
-
-
-def _export_in_subprocess(model: str, backend: str, dest: Path) -> None:
-    """Export in a child process: torch and NNCF never share a process with the model that then runs
-    (a compiled OpenVINO model destroyed in a process that had run them hung in its stream threads' join)."""
-    import subprocess
-    import sys
-
-    cmd = [sys.executable, "-m", "pipeline.embed_export", model, backend, str(dest)]
-    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"exporting {model} for {backend} failed (exit {proc.returncode}); see above")
-
-
 def _pooled_module(model: str):
     """The transformer with pooling (and normalization) inside: one graph from token ids to the vector."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -174,7 +104,7 @@ def _pooled_module(model: str):
 
 def _example(model: str, texts: list[str]) -> dict:
     """Token ids and attention mask for texts, as the run-time tokenizer makes them."""
-    from pipeline.embed_runtime import load_tokenizer, pad
+    from pipeline.embed.inputs import load_tokenizer, pad
 
     ids, mask = pad(load_tokenizer(model).encode_batch(texts))
     return {"input_ids": ids, "attention_mask": mask}
@@ -221,8 +151,6 @@ def export_onnx(model: str, dest: Path) -> None:
         )
 
 
-if __name__ == "__main__":  # python -m pipeline.embed_export MODEL BACKEND DEST (what ensure_exported runs)
-    import sys
-
-    _model, _backend, _dest = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    (export_openvino if _backend == "openvino" else export_onnx)(_model, _dest)
+def export(model: str, backend: str, dest: str | Path) -> None:
+    """Export a model for a backend into `dest` (what `export_cache.ensure_exported` runs in a child)."""
+    (export_openvino if backend == "openvino" else export_onnx)(model, Path(dest))

@@ -7,36 +7,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from pipeline.tokens import MODEL_SPECIAL_TOKENS, model_max_tokens, model_path
-
-
-@lru_cache(maxsize=4)
-def load_tokenizer(model: str) -> Any:
-    """The model's fast tokenizer from its tokenizer.json, truncating where the model would."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(Path(model_path(model)) / "tokenizer.json"))
-    tok.no_padding()
-    tok.enable_truncation(max_length=model_max_tokens(model) + MODEL_SPECIAL_TOKENS)
-    return tok
-
-
-def pad(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids and attention mask of a batch, right-padded with zeros to its longest member."""
-    width = max(len(e.ids) for e in encodings)
-    ids = np.zeros((len(encodings), width), dtype=np.int64)
-    mask = np.zeros((len(encodings), width), dtype=np.int64)
-    for row, e in enumerate(encodings):
-        ids[row, : len(e.ids)] = e.ids
-        mask[row, : len(e.ids)] = 1
-    return ids, mask
-
+from pipeline.embed.export_cache import ensure_exported
+from pipeline.embed.inputs import load_tokenizer, pad
+from pipeline.embed.keys import embedding_key
+from pipeline.embed.meta import declared_dim
 
 #: Runs batches of (ids, mask) and calls back (batch number, vectors) for each as it finishes.
 Runner = Callable[[Sequence[tuple[np.ndarray, np.ndarray]], Callable[[int, np.ndarray], None]], None]
@@ -135,15 +113,18 @@ def onnx_runner(folder: Path) -> Runner:
     return run
 
 
-def load_exported(model: str, backend: str, *, cache_dir: Path, batch_size: int) -> ExportedEmbedder:
+def load_exported(
+    model: str, backend: str, *, cache_dir: Path | None = None, batch_size: int
+) -> ExportedEmbedder:
     """The exported model for a backend, exported first from the local weights if it is not there yet."""
-    from pipeline.embed import embedding_key, model_dim
-    from pipeline.embed_export import ensure_exported, export_dir, is_current
-
-    folder = export_dir(model, backend, cache_dir)
-    if not is_current(folder, model):
-        folder = ensure_exported(model, backend, cache_dir)
+    folder = ensure_exported(model, backend, cache_dir)
     run = (openvino_runner if backend == "openvino" else onnx_runner)(folder)
-    return ExportedEmbedder(
-        embedding_key(model, backend), model, run, dim=model_dim(model), batch_size=batch_size
-    )
+    dim = declared_dim(model) or _probe_dim(run, model)
+    return ExportedEmbedder(embedding_key(model, backend), model, run, dim=dim, batch_size=batch_size)
+
+
+def _probe_dim(run: Runner, model: str) -> int:
+    """The width of the vector the exported graph makes, for a folder that declares none (no torch)."""
+    out: list[np.ndarray] = []
+    run([pad(load_tokenizer(model).encode_batch(["dimension"]))], lambda _n, vecs: out.append(vecs))
+    return int(out[0].shape[1])
