@@ -349,7 +349,7 @@ def test_word_pieces_read_off_the_section_are_exact(text, data):
     """The base counts spans from one tokenization of the section where that is exact: check it is."""
     assume(text.strip())
     doc = _doc(text, "text")
-    m = build(_ADAPTER.validate_python({"kind": "recursive"})).measure(doc, doc.sections[0])
+    m = build(_ADAPTER.validate_python({"kind": "recursive"})).view(doc, doc.sections[0]).measure
     spans = data.draw(st.lists(st.tuples(st.integers(0, len(text)), st.integers(0, len(text))), max_size=20))
     snap = data.draw(st.booleans())
     for a, b in spans:
@@ -437,13 +437,13 @@ def test_span_index_counts_are_the_tokenizers_own(parts, data):
     assert tokens.model_counter().count_fast(text) == model.count(text)
     doc = _doc(text, "text")
     assume(text.strip())
-    m = build(_ADAPTER.validate_python({"kind": "recursive"})).measure(doc, doc.sections[0])
+    m = build(_ADAPTER.validate_python({"kind": "recursive"})).view(doc, doc.sections[0]).measure
     for _ in range(10):  # any span: safe offsets inside, the ends counted on their own
         a = data.draw(st.integers(0, len(text)))
         b = data.draw(st.integers(a, len(text)))
         assert m.counts(a, b) == (unit.count(text[a:b]), model.count(text[a:b])), text[a:b]
     fixed = build(_ADAPTER.validate_python({"kind": "fixed"}))
-    mf = fixed.measure(doc, doc.sections[0])
+    mf = fixed.view(doc, doc.sections[0]).measure
     for _ in range(10):  # token windows off the index: the units of the span tokenized on its own
         a = data.draw(st.integers(0, len(text)))
         b = data.draw(st.integers(a, len(text)))

@@ -14,8 +14,10 @@ import re
 from typing import Any, ClassVar
 
 from pipeline.chunkers.base import Chunker, register
-from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, clip_context
+from pipeline.chunkers.context import MAX_CONTEXT_TOKENS, ContextScope, clip_context
+from pipeline.chunkers.pack import pack, pieces_of
 from pipeline.chunkers.spans import Fits
+from pipeline.chunkers.view import SectionView
 from pipeline.model import Document, Section, Span, strip_span
 
 Block = tuple[int, int, str]  # start, end, kind
@@ -66,7 +68,7 @@ class MarkdownChunker(Chunker):
     #: the heading path (48 word pieces at most, as for every strategy) and a table's header rows
     context_tokens: ClassVar[int] = 96
     #: the context (heading path, a table's header rows) depends only on where a span starts
-    context_by_start: ClassVar[bool] = True
+    context_scope: ClassVar[ContextScope] = "start"
 
     # --------------------------------------------------------------------------- block structure
 
@@ -130,41 +132,37 @@ class MarkdownChunker(Chunker):
 
     # ------------------------------------------------------------------------------------ split
 
-    def split(self, doc: Document, section: Section) -> list[Span]:
-        fits = self.fits_for(doc, section)
-        blocks = self.blocks(doc, section)
+    def split(self, view: SectionView) -> list[Span]:
+        fits, text = view.fits, view.text
+        blocks = self.blocks(view.doc, view.section)
         pieces: list[Span] = []
         glue: list[bool] = []
         groups: list[tuple[int, int]] = []
         for k, (x, y, kind) in enumerate(blocks):
             nxt = blocks[k + 1][2] if k + 1 < len(blocks) else None
             sticky = kind == "heading" or (kind == "para" and nxt == "list")
-            if kind in ("list", "para") and _LIST_ITEMS.search(doc.text, x, y):
+            if kind in ("list", "para") and _LIST_ITEMS.search(text, x, y):
                 # a list is always cut into items, kept together (with its lead-in) as a group
                 first = len(pieces)
                 while first > 0 and glue[first - 1]:
                     first -= 1
-                parts, part_glue = self.cut_block(doc, section, x, y, "list", fits)
+                parts, part_glue = self.cut_block(view, x, y, "list", fits)
                 groups.append((first, len(pieces) + len(parts) - 1))
-            elif fits(x, y) or (kind == "para" and self.measure(doc, section).fits_whole(x, y)):
+            elif fits(x, y) or (kind == "para" and view.fits_whole(x, y)):
                 parts, part_glue = [(x, y)], [False]  # a paragraph within `keep_whole` stays whole
             else:
-                parts, part_glue = self.cut_block(doc, section, x, y, kind, fits)
+                parts, part_glue = self.cut_block(view, x, y, kind, fits)
             part_glue[-1] = part_glue[-1] or sticky
             pieces += parts
             glue += part_glue
-        return self.pack(
-            doc, section, pieces, fits=fits, glue=glue, groups=groups, overlap_units=self._overlap()
-        )
-
-    def _overlap(self) -> int:
-        return getattr(self.config, "overlap", 0)
+        overlap = getattr(self.config, "overlap", 0)
+        return pack(view, pieces, fits=fits, glue=glue, groups=groups, overlap_units=overlap)
 
     def cut_block(
-        self, doc: Document, section: Section, a: int, b: int, kind: str, fits: Fits
+        self, view: SectionView, a: int, b: int, kind: str, fits: Fits
     ) -> tuple[list[Span], list[bool]]:
         """Pieces of one over-budget block, cut where its structure allows, and their glue flags."""
-        text = doc.text
+        text = view.text
         if kind == "table":
             header_end = self.table_header_end(text, a, b) or a
             units = [(x, y, y <= header_end) for x, y in line_spans(text, a, b)]
@@ -182,7 +180,7 @@ class MarkdownChunker(Chunker):
             x, y = strip_span(text, x, y)
             if y <= x:
                 continue
-            sub = [(x, y)] if fits(x, y) else self.pieces_for(doc, section, x, y, fits)
+            sub = [(x, y)] if fits(x, y) else pieces_of(view, x, y, fits)
             pieces += sub
             glue += [False] * (len(sub) - 1) + [g]
         return pieces or [(a, b)], glue or [False]
