@@ -212,28 +212,11 @@ class CodeChunker(Chunker):
                 break
             nodes.append(n)
         pieces: list[Span] = []
-        for x, y in self._cut(p, a, b, nodes, fits):
+        for x, y in _cut(p, a, b, nodes, fits):
             x, y = strip_span(text, x, y)
             if y > x:
                 pieces.append((x, y))
         return pack(view, pieces, fits=fits, glue=[_sticky(text, x, y) for x, y in pieces])
-
-    def _cut(self, p: _Parsed, a: int, b: int, nodes: list, fits: Fits) -> list[Span]:
-        """Pieces of [a, b) at the line starts of `nodes`, descending into children where needed."""
-        if fits(a, b):
-            return [(a, b)]
-        text = p.text
-        cuts = sorted({ls for n in nodes if a < (ls := _own_line_start(text, p.start(n))) < b})
-        if cuts:
-            bounds = [a, *cuts, b]
-            out: list[Span] = []
-            for x, y in zip(bounds, bounds[1:], strict=False):
-                out += self._cut(p, x, y, [n for n in nodes if x <= p.start(n) < y], fits)
-            return out
-        children = [c for n in nodes for c in n.children if a <= p.start(c) < b]
-        if children:
-            return self._cut(p, a, b, children, fits)
-        return recursive_spans(text, a, b, fits, CODE_SEPARATORS)
 
     # ---------------------------------------------------------------------------------- context
 
@@ -279,6 +262,24 @@ class CodeChunker(Chunker):
     def metadata_for(self, doc: Document, section: Section, span: Span) -> dict[str, Any]:
         """The language, so SQL can filter code chunks by it."""
         return {"language": doc.language} if doc.doc_type == "code" and doc.language else {}
+
+
+def _cut(p: _Parsed, a: int, b: int, nodes: list, fits: Fits) -> list[Span]:
+    """Pieces of [a, b) at the line starts of `nodes`, descending into children where needed."""
+    if fits(a, b):
+        return [(a, b)]
+    text = p.text
+    cuts = sorted({ls for n in nodes if a < (ls := _own_line_start(text, p.start(n))) < b})
+    if cuts:
+        bounds = [a, *cuts, b]
+        out: list[Span] = []
+        for x, y in zip(bounds, bounds[1:], strict=False):
+            out += _cut(p, x, y, [n for n in nodes if x <= p.start(n) < y], fits)
+        return out
+    children = [c for n in nodes for c in n.children if a <= p.start(c) < b]
+    if children:
+        return _cut(p, a, b, children, fits)
+    return recursive_spans(text, a, b, fits, CODE_SEPARATORS)
 
 
 def _own_line_start(text: str, pos: int) -> int:
