@@ -151,7 +151,19 @@ class Chunker(ABC):
             varies=scope != "start" or self.context_varies(doc, section),
         )
         separators = getattr(self.config, "separators", DEFAULT_SEPARATORS)
-        return SectionView(doc, section, measure, separators, shared)
+        return SectionView(
+            doc,
+            section,
+            doc.text,
+            section.start,
+            section.end,
+            section.atomic,
+            measure,
+            measure.fits,
+            measure.fits_whole,
+            separators,
+            shared,
+        )
 
     def fits_for(self, doc: Document, section: Section) -> Fits:
         """A test for spans of this section: unit budget, and model limit including their context."""
