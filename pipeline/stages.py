@@ -274,7 +274,7 @@ def chunk_files(
     document. With `prepare`, each chunker's shared work for all the documents is done once first
     (semantic: all sentences embedded in one call); if that fails, each document is chunked on its own."""
     import json
-    from contextlib import ExitStack, suppress
+    from contextlib import suppress
 
     from pipeline.chunkers.base import Chunker
 
@@ -288,24 +288,25 @@ def chunk_files(
     for doc, _ in items:  # the chunkers are built (tokenizers loaded) before any document's clock starts
         with suppress(Exception):
             router.chunker_for(doc.doc_type)
-    with ExitStack() as stack:
-        if prepare:
-            by_chunker: dict[int, tuple[Chunker, list[tuple[Document, Sequence[int]]]]] = {}
-            for doc, new in items:
-                try:
-                    ch = router.chunker_for(doc.doc_type)
-                except Exception:  # noqa: BLE001 - reported for that document below
-                    continue
-                by_chunker.setdefault(id(ch), (ch, []))[1].append((doc, new))
-            for ch, batch in by_chunker.values():
-                with suppress(Exception):  # the documents are then chunked (and fail) one by one
-                    stack.enter_context(ch.batch(batch))
-        yield READY
+    shared: dict[int, object] = {}  # each chunker's work for the whole batch (`Chunker.prepare`)
+    if prepare:
+        by_chunker: dict[int, tuple[Chunker, list[tuple[Document, Sequence[int]]]]] = {}
         for doc, new in items:
             try:
-                yield router.chunker_for(doc.doc_type).chunk_sections(doc, new), None
-            except Exception as exc:  # noqa: BLE001 - reported for this document by `chunk`
-                yield None, exc
+                ch = router.chunker_for(doc.doc_type)
+            except Exception:  # noqa: BLE001 - reported for that document below
+                continue
+            by_chunker.setdefault(id(ch), (ch, []))[1].append((doc, new))
+        for key, (ch, batch) in by_chunker.items():
+            with suppress(Exception):  # the documents are then chunked (and fail) one by one
+                shared[key] = ch.prepare(batch)
+    yield READY
+    for doc, new in items:
+        try:
+            ch = router.chunker_for(doc.doc_type)
+            yield ch.chunk_sections(doc, new, shared=shared.get(id(ch))), None
+        except Exception as exc:  # noqa: BLE001 - reported for this document by `chunk`
+            yield None, exc
 
 
 def embed(b: Batch, work: Sequence[Work]) -> Embedded:

@@ -597,3 +597,26 @@ def test_cli_chunk_works_for_every_strategy(kind):
     text = (FIXTURES / "de_prose.txt").read_text()
     assert rows and all(text[r["start"] : r["end"]] == r["text"] and r["tokens"] <= 96 for r in rows)
     _ADAPTER.validate_python({"kind": kind, "size": 96})
+
+
+# ---------------------------------------------------------------------------------- context scope
+
+
+@pytest.mark.parametrize("kind", sorted(k for k in REGISTRY if k != "semantic"))  # semantic: sentence's
+def test_a_context_said_to_be_the_sections_is_the_same_for_every_span(kind):
+    """A strategy declares how far its context varies (`context_scope`); where that makes a section's
+    context one for all its spans (budgets asked once, one context stored), every span's own context
+    is indeed that one, on every fixture (code's imports and signatures, markdown's table headers vary)."""
+    chunker = REGISTRY[kind](_ADAPTER.validate_python({"kind": kind, "size": 64, "context": "path"}))
+    checked = 0
+    for name in ("guide.md", "page.html", "inventory.py", "support_chat.txt"):
+        doc = load(name)
+        for i, cs in chunker.chunk_document(doc):
+            sec = doc.sections[i]
+            if not chunker.view(doc, sec).measure.same_context:
+                continue
+            first = chunker.context(doc, sec, (sec.start, sec.start))
+            for c in cs:
+                assert chunker.context(doc, sec, (c.start, c.end)) == first == c.context, (name, c.text)
+                checked += 1
+    assert checked or chunker.context_scope == "span"  # code's: never one for the section

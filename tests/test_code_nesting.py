@@ -15,10 +15,11 @@ import pytest
 from pipeline.chunkers import REGISTRY
 from pipeline.chunkers.code import CodeChunker
 from pipeline.config import _ADAPTER
+from pipeline.embed.meta import model_max_tokens
 from pipeline.model import Chunk, Document
 from pipeline.normalize import normalize
 from pipeline.sources import SourceFile
-from pipeline.tokens import counter, model_max_tokens
+from pipeline.tokens import counter
 
 
 def nested_defs(depth: int, indent: str = " ") -> str:

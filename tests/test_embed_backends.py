@@ -23,9 +23,9 @@ from pipeline.embed import (
     key_for,
     resolve_backend,
 )
+from pipeline.embed.meta import model_path
 from pipeline.errors import ConfigError
 from pipeline.ingest import run_ingest, run_model_switch
-from pipeline.tokens import model_path
 
 TEXTS = [
     "how do I rotate the API keys?",

@@ -20,10 +20,10 @@ import pytest
 
 from pipeline import store
 from pipeline.config import DEFAULT_MODEL, Settings
+from pipeline.embed.meta import model_path
 from pipeline.errors import ConfigError
 from pipeline.ingest import run_ingest, run_model_switch
 from pipeline.search import search
-from pipeline.tokens import model_path
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,8 @@
-"""Chunking strategies behind one base class; each registers itself beside its class (`@register`)."""
+"""Chunking strategies behind one base class; each registers itself beside its class (`@register`).
+
+A strategy implements `Chunker.split(view)` over a `SectionView`; `pack` joins and enforces, `measure`
+counts, `context` builds what is embedded before a chunk.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from pipeline.chunkers import (  # noqa: F401
     sentence,
 )
 from pipeline.chunkers.base import REGISTRY, Chunker
+from pipeline.chunkers.view import SectionView
 from pipeline.model import Chunk
 
-__all__ = ["Chunk", "Chunker", "REGISTRY"]
+__all__ = ["Chunk", "Chunker", "REGISTRY", "SectionView"]

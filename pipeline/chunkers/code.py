@@ -21,8 +21,10 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from pipeline.chunkers.base import Chunker, register
-from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, clip_context
+from pipeline.chunkers.context import MAX_CONTEXT_TOKENS, ContextScope, clip_context
+from pipeline.chunkers.pack import pack
 from pipeline.chunkers.spans import Fits, Span, recursive_spans
+from pipeline.chunkers.view import SectionView
 from pipeline.model import Document, Section, strip_span
 from pipeline.parse.code import CODE_DEFS, parse_tree
 
@@ -171,6 +173,8 @@ class CodeChunker(Chunker):
 
     kind = "code"
     context_tokens: ClassVar[int] = 64
+    #: imports and enclosing signatures differ with every span
+    context_scope: ClassVar[ContextScope] = "span"
 
     def __init__(self, config: Any, **kw: Any) -> None:
         super().__init__(config, **kw)
@@ -196,50 +200,23 @@ class CodeChunker(Chunker):
 
     # ------------------------------------------------------------------------------------ split
 
-    def split(self, doc: Document, section: Section) -> list[Span]:
-        fits = self.fits_for(doc, section)
-        p = self.parsed(doc)
+    def split(self, view: SectionView) -> list[Span]:
+        fits, text = view.fits, view.text
+        p = self.parsed(view.doc)
         if p is None:
-            pieces = recursive_spans(doc.text, section.start, section.end, fits, CODE_SEPARATORS)
-            return self.pack(doc, section, pieces, fits=fits)
-        a, b = section.start, section.end
+            return pack(view, recursive_spans(text, view.start, view.end, fits, CODE_SEPARATORS), fits=fits)
+        a, b = view.start, view.end
         nodes = []
         for n in p.top[bisect_right(p.top_ends, a) :]:  # the top-level nodes that overlap the section
             if p.start(n) >= b:
                 break
             nodes.append(n)
         pieces: list[Span] = []
-        for x, y in self._cut(p, a, b, nodes, fits):
-            x, y = strip_span(doc.text, x, y)
+        for x, y in _cut(p, a, b, nodes, fits):
+            x, y = strip_span(text, x, y)
             if y > x:
                 pieces.append((x, y))
-        glue = [self._sticky(doc.text, x, y) for x, y in pieces]
-        return self.pack(doc, section, pieces, fits=fits, glue=glue)
-
-    def _cut(self, p: _Parsed, a: int, b: int, nodes: list, fits: Fits) -> list[Span]:
-        """Pieces of [a, b) at the line starts of `nodes`, descending into children where needed."""
-        if fits(a, b):
-            return [(a, b)]
-        text = p.text
-        cuts = sorted({ls for n in nodes if a < (ls := _own_line_start(text, p.start(n))) < b})
-        if cuts:
-            bounds = [a, *cuts, b]
-            out: list[Span] = []
-            for x, y in zip(bounds, bounds[1:], strict=False):
-                out += self._cut(p, x, y, [n for n in nodes if x <= p.start(n) < y], fits)
-            return out
-        children = [c for n in nodes for c in n.children if a <= p.start(c) < b]
-        if children:
-            return self._cut(p, a, b, children, fits)
-        return recursive_spans(text, a, b, fits, CODE_SEPARATORS)
-
-    @staticmethod
-    def _sticky(text: str, a: int, b: int) -> bool:
-        """A piece that opens a block, or is only comments/decorators, belongs with the next one."""
-        lines = [ln for ln in text[a:b].split("\n") if ln.strip()]
-        if not lines:
-            return False
-        return lines[-1].rstrip().endswith((":", "{")) or all(_GLUE_LINE.match(ln) for ln in lines)
+        return pack(view, pieces, fits=fits, glue=[_sticky(text, x, y) for x, y in pieces])
 
     # ---------------------------------------------------------------------------------- context
 
@@ -287,7 +264,33 @@ class CodeChunker(Chunker):
         return {"language": doc.language} if doc.doc_type == "code" and doc.language else {}
 
 
+def _cut(p: _Parsed, a: int, b: int, nodes: list, fits: Fits) -> list[Span]:
+    """Pieces of [a, b) at the line starts of `nodes`, descending into children where needed."""
+    if fits(a, b):
+        return [(a, b)]
+    text = p.text
+    cuts = sorted({ls for n in nodes if a < (ls := _own_line_start(text, p.start(n))) < b})
+    if cuts:
+        bounds = [a, *cuts, b]
+        out: list[Span] = []
+        for x, y in zip(bounds, bounds[1:], strict=False):
+            out += _cut(p, x, y, [n for n in nodes if x <= p.start(n) < y], fits)
+        return out
+    children = [c for n in nodes for c in n.children if a <= p.start(c) < b]
+    if children:
+        return _cut(p, a, b, children, fits)
+    return recursive_spans(text, a, b, fits, CODE_SEPARATORS)
+
+
 def _own_line_start(text: str, pos: int) -> int:
     """Start of pos's line if only whitespace precedes pos on it, else -1 (no cut inside a line)."""
     ls = text.rfind("\n", 0, pos) + 1
     return ls if not text[ls:pos].strip() else -1
+
+
+def _sticky(text: str, a: int, b: int) -> bool:
+    """A piece that opens a block, or is only comments/decorators, belongs with the next one."""
+    lines = [ln for ln in text[a:b].split("\n") if ln.strip()]
+    if not lines:
+        return False
+    return lines[-1].rstrip().endswith((":", "{")) or all(_GLUE_LINE.match(ln) for ln in lines)

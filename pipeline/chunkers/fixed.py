@@ -7,8 +7,9 @@ from itertools import accumulate
 
 from pipeline.chunkers.base import Chunker, register
 from pipeline.chunkers.spans import Fits
-from pipeline.model import Document, Section, Span, strip_span
-from pipeline.tokens import TokenStarts
+from pipeline.chunkers.view import SectionView
+from pipeline.model import Span, strip_span
+from pipeline.tokens import Counter, TokenStarts
 
 
 @register
@@ -18,14 +19,13 @@ class FixedChunker(Chunker):
     kind = "fixed"
     token_starts = True  # tiktoken windows come straight off the span index's tokens
 
-    def split(self, doc: Document, section: Section) -> list[Span]:
-        text = doc.text
-        fits = self.fits_for(doc, section)
-        found = self.measure(doc, section).token_starts(section.start, section.end)
+    def split(self, view: SectionView) -> list[Span]:
+        text, fits = view.text, view.fits
+        found = view.measure.token_starts(view.start, view.end)
         if found is not None:
-            bounds, weights = starts_units(found, section.start, section.end)
+            bounds, weights = starts_units(found, view.start, view.end)
         else:
-            bounds, weights = self.units(text, section.start, section.end)
+            bounds, weights = units(self.counter, text, view.start, view.end)
 
         def stripped_fits(a: int, b: int) -> bool:
             # judged as stored: without its outer whitespace (" grated" is one token, "grated" two)
@@ -34,17 +34,18 @@ class FixedChunker(Chunker):
 
         return windows(bounds, weights, stripped_fits, self.config.size, self.config.overlap)
 
-    def units(self, text: str, a: int, b: int) -> tuple[list[int], list[int]]:
-        """A partition of [a, b) into units: boundaries (n + 1 offsets) and each unit's size."""
-        name = self.counter.name
-        if name == "chars":  # every character is a unit: no need to ask the counter
-            return list(range(a, b + 1)), [1] * (b - a)
-        offsets = self.counter.encode_offsets(text[a:b])
-        if name == "model":  # one unit per distinct word-piece start
-            starts = sorted({a + s for s, _ in offsets})
-            bounds = [a, *[s for s in starts if s > a], b]
-            return bounds, [1] * (len(bounds) - 1)
-        return token_units(offsets, a, b)
+
+def units(unit: Counter, text: str, a: int, b: int) -> tuple[list[int], list[int]]:
+    """A partition of [a, b) into units of `unit`: boundaries (n + 1 offsets) and each unit's size."""
+    name = unit.name
+    if name == "chars":  # every character is a unit: no need to ask the counter
+        return list(range(a, b + 1)), [1] * (b - a)
+    offsets = unit.encode_offsets(text[a:b])
+    if name == "model":  # one unit per distinct word-piece start
+        starts = sorted({a + s for s, _ in offsets})
+        bounds = [a, *[s for s in starts if s > a], b]
+        return bounds, [1] * (len(bounds) - 1)
+    return token_units(offsets, a, b)
 
 
 def token_units(offsets: list[tuple[int, int]], a: int, b: int) -> tuple[list[int], list[int]]:

@@ -11,11 +11,15 @@ like recursive text. A heading and a list's lead-in paragraph are glued to what 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pipeline.chunkers.base import Chunker, register
-from pipeline.chunkers.measure import MAX_CONTEXT_TOKENS, clip_context
+from pipeline.chunkers.context import MAX_CONTEXT_TOKENS, ContextScope, clip_context
+from pipeline.chunkers.pack import pack, pieces_of
 from pipeline.chunkers.spans import Fits
+from pipeline.chunkers.view import SectionView
 from pipeline.model import Document, Section, Span, strip_span
 
 Block = tuple[int, int, str]  # start, end, kind
@@ -58,6 +62,117 @@ def paragraphs(text: str, a: int, b: int) -> list[Span]:
     return [(x, y) for x, y in out if y > x]
 
 
+def heading_end(text: str, section: Section) -> int | None:
+    """End of the heading line(s) a heading section starts with (ATX, or setext's two lines)."""
+    if section.kind != "heading":
+        return None
+    lines = first_lines(text, section.start, section.end)
+    if not lines:
+        return None
+    if _ATX.match(text, lines[0][0], lines[0][1]) is None and len(lines) > 1:
+        x, y = lines[1]
+        if _SETEXT.fullmatch(text, x, y):
+            return y
+    return lines[0][1]
+
+
+def table_header_end(text: str, a: int, b: int) -> int | None:
+    """End of a markdown table's header and delimiter rows, or None if [a, b) is no table."""
+    lines = first_lines(text, a, b)
+    if len(lines) >= 2 and "|" in text[lines[0][0] : lines[0][1]] and _DELIM_ROW.fullmatch(text, *lines[1]):
+        return lines[1][1]
+    return None
+
+
+def atomic_kind(text: str, a: int, b: int) -> str:
+    """What an atomic range holds: table, fence, html or code."""
+    if table_header_end(text, a, b) is not None:
+        return "table"
+    head = text[a : a + 4].lstrip()
+    if head.startswith(("```", "~~~")):
+        return "fence"
+    if head.startswith("<"):
+        return "html"
+    return "code"
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """How a text marks its structure for the block chunker: markdown's, or the rendering of HTML."""
+
+    #: end of the heading line(s) a section starts with, or None
+    heading_end: Callable[[str, Section], int | None]
+    #: end of a table's header rows in [a, b), or None if it is no table
+    table_header_end: Callable[[str, int, int], int | None]
+    #: what an atomic range [a, b) holds: table, fence, html or code
+    atomic_kind: Callable[[str, int, int], str]
+
+
+MARKDOWN = Dialect(heading_end, table_header_end, atomic_kind)
+
+
+def blocks(dialect: Dialect, text: str, section: Section) -> list[Block]:
+    """The section's blocks in order: heading, para, list, and atomic table/fence/code/html."""
+    a, b = section.start, section.end
+    out: list[Block] = []
+    cursor = a
+    h_end = dialect.heading_end(text, section)
+    if h_end is not None:
+        out.append((*strip_span(text, a, h_end), "heading"))
+        cursor = h_end
+    atomic = sorted((x, y) for x, y in section.atomic if a <= x < y <= b)
+    for x, y in [*atomic, (b, b)]:
+        x = max(x, cursor)
+        for p, q in paragraphs(text, cursor, x):
+            kind = "list" if _LIST_ITEM.match(text, p, q) else "para"
+            if kind == "list" and out and out[-1][2] == "list" and not text[out[-1][1] : p].strip():
+                out[-1] = (out[-1][0], q, "list")  # a loose list (or HTML's <li> blocks) is one list
+            else:
+                out.append((p, q, kind))
+        if y > x:
+            out.append((*strip_span(text, x, y), dialect.atomic_kind(text, x, y)))
+        cursor = max(cursor, y)
+    return [blk for blk in out if blk[1] > blk[0]]
+
+
+def cut_block(
+    view: SectionView, dialect: Dialect, a: int, b: int, kind: str, fits: Fits
+) -> tuple[list[Span], list[bool]]:
+    """Pieces of one over-budget block, cut where its structure allows, and their glue flags."""
+    text = view.text
+    if kind == "table":
+        header_end = dialect.table_header_end(text, a, b) or a
+        units = [(x, y, y <= header_end) for x, y in line_spans(text, a, b)]
+    elif kind in ("fence", "code", "html"):
+        units = [(x, y, k == 0) for k, (x, y) in enumerate(line_spans(text, a, b))]
+    elif kind in ("list", "para") and (starts := [m.start() for m in _LIST_ITEMS.finditer(text, a, b)]):
+        bounds = sorted({a, *starts, b})
+        pairs = zip(bounds, bounds[1:], strict=False)
+        units = [(x, y, k == 0 and x not in starts) for k, (x, y) in enumerate(pairs)]
+    else:
+        units = [(a, b, False)]
+    pieces: list[Span] = []
+    glue: list[bool] = []
+    for x, y, g in units:
+        x, y = strip_span(text, x, y)
+        if y <= x:
+            continue
+        sub = [(x, y)] if fits(x, y) else pieces_of(view, x, y, fits)
+        pieces += sub
+        glue += [False] * (len(sub) - 1) + [g]
+    return pieces or [(a, b)], glue or [False]
+
+
+def header_for(dialect: Dialect, text: str, section: Section, pos: int) -> str:
+    """The header rows of the table that `pos` lies in, past those rows; else ''."""
+    for x, y in section.atomic:
+        if x < pos < y:
+            end = dialect.table_header_end(text, x, y)
+            if end is not None and pos >= end:
+                return text[x:end].strip()
+    return ""
+
+
 @register
 class MarkdownChunker(Chunker):
     """Blocks of a heading section packed up to the budget, structure kept where the budget allows."""
@@ -66,126 +181,35 @@ class MarkdownChunker(Chunker):
     #: the heading path (48 word pieces at most, as for every strategy) and a table's header rows
     context_tokens: ClassVar[int] = 96
     #: the context (heading path, a table's header rows) depends only on where a span starts
-    context_by_start: ClassVar[bool] = True
+    context_scope: ClassVar[ContextScope] = "start"
+    #: how the text marks headings, tables and atomic ranges
+    dialect: ClassVar[Dialect] = MARKDOWN
 
-    # --------------------------------------------------------------------------- block structure
-
-    def heading_end(self, text: str, section: Section) -> int | None:
-        """End of the heading line(s) a heading section starts with (ATX, or setext's two lines)."""
-        if section.kind != "heading":
-            return None
-        lines = first_lines(text, section.start, section.end)
-        if not lines:
-            return None
-        if _ATX.match(text, lines[0][0], lines[0][1]) is None and len(lines) > 1:
-            x, y = lines[1]
-            if _SETEXT.fullmatch(text, x, y):
-                return y
-        return lines[0][1]
-
-    def atomic_kind(self, text: str, a: int, b: int) -> str:
-        """What an atomic range holds: table, fence, html or code."""
-        if self.table_header_end(text, a, b) is not None:
-            return "table"
-        head = text[a : a + 4].lstrip()
-        if head.startswith(("```", "~~~")):
-            return "fence"
-        if head.startswith("<"):
-            return "html"
-        return "code"
-
-    def table_header_end(self, text: str, a: int, b: int) -> int | None:
-        """End of a markdown table's header and delimiter rows, or None if [a, b) is no table."""
-        lines = first_lines(text, a, b)
-        if (
-            len(lines) >= 2
-            and "|" in text[lines[0][0] : lines[0][1]]
-            and _DELIM_ROW.fullmatch(text, *lines[1])
-        ):
-            return lines[1][1]
-        return None
-
-    def blocks(self, doc: Document, section: Section) -> list[Block]:
-        """The section's blocks in order: heading, para, list, and atomic table/fence/code/html."""
-        text, a, b = doc.text, section.start, section.end
-        out: list[Block] = []
-        cursor = a
-        h_end = self.heading_end(text, section)
-        if h_end is not None:
-            out.append((*strip_span(text, a, h_end), "heading"))
-            cursor = h_end
-        atomic = sorted((x, y) for x, y in section.atomic if a <= x < y <= b)
-        for x, y in [*atomic, (b, b)]:
-            x = max(x, cursor)
-            for p, q in paragraphs(text, cursor, x):
-                kind = "list" if _LIST_ITEM.match(text, p, q) else "para"
-                if kind == "list" and out and out[-1][2] == "list" and not text[out[-1][1] : p].strip():
-                    out[-1] = (out[-1][0], q, "list")  # a loose list (or HTML's <li> blocks) is one list
-                else:
-                    out.append((p, q, kind))
-            if y > x:
-                out.append((*strip_span(text, x, y), self.atomic_kind(text, x, y)))
-            cursor = max(cursor, y)
-        return [blk for blk in out if blk[1] > blk[0]]
-
-    # ------------------------------------------------------------------------------------ split
-
-    def split(self, doc: Document, section: Section) -> list[Span]:
-        fits = self.fits_for(doc, section)
-        blocks = self.blocks(doc, section)
+    def split(self, view: SectionView) -> list[Span]:
+        fits, text, dialect = view.fits, view.text, self.dialect
+        found = blocks(dialect, text, view.section)
         pieces: list[Span] = []
         glue: list[bool] = []
         groups: list[tuple[int, int]] = []
-        for k, (x, y, kind) in enumerate(blocks):
-            nxt = blocks[k + 1][2] if k + 1 < len(blocks) else None
+        for k, (x, y, kind) in enumerate(found):
+            nxt = found[k + 1][2] if k + 1 < len(found) else None
             sticky = kind == "heading" or (kind == "para" and nxt == "list")
-            if kind in ("list", "para") and _LIST_ITEMS.search(doc.text, x, y):
+            if kind in ("list", "para") and _LIST_ITEMS.search(text, x, y):
                 # a list is always cut into items, kept together (with its lead-in) as a group
                 first = len(pieces)
                 while first > 0 and glue[first - 1]:
                     first -= 1
-                parts, part_glue = self.cut_block(doc, section, x, y, "list", fits)
+                parts, part_glue = cut_block(view, dialect, x, y, "list", fits)
                 groups.append((first, len(pieces) + len(parts) - 1))
-            elif fits(x, y) or (kind == "para" and self.measure(doc, section).fits_whole(x, y)):
+            elif fits(x, y) or (kind == "para" and view.fits_whole(x, y)):
                 parts, part_glue = [(x, y)], [False]  # a paragraph within `keep_whole` stays whole
             else:
-                parts, part_glue = self.cut_block(doc, section, x, y, kind, fits)
+                parts, part_glue = cut_block(view, dialect, x, y, kind, fits)
             part_glue[-1] = part_glue[-1] or sticky
             pieces += parts
             glue += part_glue
-        return self.pack(
-            doc, section, pieces, fits=fits, glue=glue, groups=groups, overlap_units=self._overlap()
-        )
-
-    def _overlap(self) -> int:
-        return getattr(self.config, "overlap", 0)
-
-    def cut_block(
-        self, doc: Document, section: Section, a: int, b: int, kind: str, fits: Fits
-    ) -> tuple[list[Span], list[bool]]:
-        """Pieces of one over-budget block, cut where its structure allows, and their glue flags."""
-        text = doc.text
-        if kind == "table":
-            header_end = self.table_header_end(text, a, b) or a
-            units = [(x, y, y <= header_end) for x, y in line_spans(text, a, b)]
-        elif kind in ("fence", "code", "html"):
-            units = [(x, y, k == 0) for k, (x, y) in enumerate(line_spans(text, a, b))]
-        elif kind in ("list", "para") and (starts := [m.start() for m in _LIST_ITEMS.finditer(text, a, b)]):
-            bounds = sorted({a, *starts, b})
-            pairs = zip(bounds, bounds[1:], strict=False)
-            units = [(x, y, k == 0 and x not in starts) for k, (x, y) in enumerate(pairs)]
-        else:
-            units = [(a, b, False)]
-        pieces: list[Span] = []
-        glue: list[bool] = []
-        for x, y, g in units:
-            x, y = strip_span(text, x, y)
-            if y <= x:
-                continue
-            sub = [(x, y)] if fits(x, y) else self.pieces_for(doc, section, x, y, fits)
-            pieces += sub
-            glue += [False] * (len(sub) - 1) + [g]
-        return pieces or [(a, b)], glue or [False]
+        overlap = getattr(self.config, "overlap", 0)
+        return pack(view, pieces, fits=fits, glue=glue, groups=groups, overlap_units=overlap)
 
     # ---------------------------------------------------------------------------------- context
 
@@ -199,19 +223,9 @@ class MarkdownChunker(Chunker):
             return ""
         base = super().context_for(doc, section, span)
         base = clip_context(self.model, MAX_CONTEXT_TOKENS, base) if base else base
-        header = self.header_for(doc, section, span[0])
+        header = header_for(self.dialect, doc.text, section, span[0])
         return f"{base}\n{header}" if base and header else base or header
 
     def context_varies(self, doc: Document, section: Section) -> bool:
         """Only a table's header rows make one span's context differ from another's in a section."""
-        return any(self.table_header_end(doc.text, x, y) is not None for x, y in section.atomic)
-
-    def header_for(self, doc: Document, section: Section, pos: int) -> str:
-        """The header rows of the table that `pos` lies in, past those rows; else ''."""
-        text = doc.text
-        for x, y in section.atomic:
-            if x < pos < y:
-                end = self.table_header_end(text, x, y)
-                if end is not None and pos >= end:
-                    return text[x:end].strip()
-        return ""
+        return any(self.dialect.table_header_end(doc.text, x, y) is not None for x, y in section.atomic)

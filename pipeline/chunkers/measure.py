@@ -1,25 +1,20 @@
-"""How big a span is: unit and model counts of one section's spans, each counted once, and clipped context.
+"""How big a span is: unit and model counts of one section's spans, each counted once.
 
 Splitting, packing and enforcement ask about the same spans again and again, and the model's word-piece
 tokenizer is the slowest thing in chunking (see bench/chunkers.py --profile); this module is where that
-cost is paid once.
+cost is paid once. A `Measure` knows its section's text, counters, budgets and span index, and asks for
+nothing else: the context of a span comes from the function it is given.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
-from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from functools import cached_property
 
-from pipeline.model import Document, Section, Span
-from pipeline.tokens import SpanIndex, TokenStarts, WordPieces, counter
-
-if TYPE_CHECKING:
-    from pipeline.chunkers.base import Chunker
-
-#: The embedded context (title, heading path) never takes more than this many model word pieces.
-MAX_CONTEXT_TOKENS = 48
+from pipeline.chunkers.context import ContextScope
+from pipeline.model import Section, Span
+from pipeline.tokens import Counter, ModelCounter, SpanIndex, TokenStarts, WordPieces
 
 #: Word pieces of the "\n\n" that joins context and text: none (BERT pre-tokenizes on whitespace).
 _JOIN_COST = 0
@@ -34,51 +29,56 @@ class Measure:
     to the nearest safe offset inside it, counted on their own. Otherwise each span is counted once.
     """
 
-    def __init__(self, chunker: Chunker, doc: Document, section: Section) -> None:
-        from pipeline.chunkers.base import Chunker
-
-        self.chunker, self.doc, self.section, self.text = chunker, doc, section, doc.text
-        self.size = chunker.config.size
-        self._unit_counter, self._model_counter = chunker.counter, chunker.model_counter
-        self._same = chunker.counter.name == "model"
+    def __init__(
+        self,
+        text: str,
+        section: Section,
+        *,
+        unit: Counter,
+        model: ModelCounter,
+        size: int,
+        keep_whole: int,
+        model_limit: int,
+        index: tuple[int, SpanIndex] | None,
+        fragments: dict[str, tuple[int, int]],
+        context: Callable[[int, int], str],
+        scope: ContextScope,
+        varies: bool = True,
+    ) -> None:
+        """`index`: (offset, span index) of a text range holding the section, or None without one.
+        `fragments`: short texts counted so far (shared between sections). `context(a, b)`: the context
+        embedded with span [a, b); `scope` says how far it can differ within the section, and `varies`
+        whether it differs at all in this one (a "start" scope without a table, say)."""
+        self.text, self.section, self.size, self.model_limit = text, section, size, model_limit
+        self._unit_counter, self._model_counter = unit, model
+        self._same = unit.name == "model"
         # No token of either tokenizer averages 16 characters over a whole span of real text, so a span
         # longer than this is rejected uncounted (a rejection can only make pieces smaller, never wrong).
-        per_token = 1 if chunker.counter.name == "chars" else 16 if chunker.counter.name != "words" else 64
-        self._reject_chars = max(self.size, chunker.model_limit) * per_token
+        per_token = 1 if unit.name == "chars" else 16 if unit.name != "words" else 64
+        self._reject_chars = max(size, model_limit) * per_token
         #: the budget of a paragraph kept whole (`keep_whole`), at least `size`
-        self.whole = max(self.size, getattr(chunker.config, "keep_whole", 0) or 0)
-        self._reject_whole = max(self.whole, chunker.model_limit) * per_token
+        self.whole = max(size, keep_whole)
+        self._reject_whole = max(self.whole, model_limit) * per_token
         self._unit: dict[Span, int] = {}
         self._model: dict[Span, int] = {}
         self._ctx: dict[str, int] = {}
         self._both: dict[Span, tuple[int, int]] = {}
-        self._fragments = chunker.fragments
-        # the context (hence the model budget) is the same for every span unless a strategy says otherwise
-        cls = type(chunker)
+        self._fragments = fragments
+        self._context = context
         #: whether every span of the section gets the same context (so the same model budget)
-        self.same_context = cls.context_for is Chunker.context_for and cls.context is Chunker.context
+        self.same_context = scope == "section" or (scope == "start" and not varies)
         self._fixed_budget = self.budget(section.start, section.start) if self.same_context else None
-        # a strategy whose context depends only on where a span starts (markdown) says so: one per start,
-        # and none at all in a section where it says the start makes no difference (no table)
-        by_start = getattr(cls, "context_by_start", False)
-        if by_start and self._fixed_budget is None and not chunker.context_varies(doc, section):
-            self.same_context = True
-            self._fixed_budget = self.budget(section.start, section.start)
-        self._budget_at: dict[int, int] | None = {} if by_start else None
-
-    @cached_property
-    def _index(self) -> SpanIndex | None:
-        """Safe offsets (relative to `_base`) with unit and model counts before each."""
-        found = self.chunker.span_index(self.doc, self.section)
-        if found is None:
-            return None
-        self._base = base = found[0]
-        # the safe offsets of the section: where every search of a span's ends starts (a document's index
-        # holds every section's)
-        pos = found[1][0]
-        self._lo = max(bisect_left(pos, self.section.start - base) - 1, 0)
-        self._hi = min(bisect_right(pos, self.section.end - base) + 1, len(pos))
-        return found[1]
+        # a context that depends only on where a span starts: one budget per start
+        self._budget_at: dict[int, int] | None = {} if scope == "start" else None
+        self._index: SpanIndex | None = None
+        if index is not None:
+            self._base = base = index[0]
+            # the safe offsets of the section: where every search of a span's ends starts (a document's
+            # index holds every section's)
+            pos = index[1][0]
+            self._lo = max(bisect_left(pos, section.start - base) - 1, 0)
+            self._hi = min(bisect_right(pos, section.end - base) + 1, len(pos))
+            self._index = index[1]
 
     def counts(self, a: int, b: int) -> tuple[int, int]:
         """(unit, model) counts of text[a:b]."""
@@ -233,11 +233,11 @@ class Measure:
 
     def budget(self, a: int, b: int) -> int:
         """Word pieces left for the text of span [a, b) once its context is embedded with it."""
-        ctx = self.chunker.context(self.doc, self.section, (a, b))
+        ctx = self._context(a, b)
         cost = self._ctx.get(ctx)
         if cost is None:
             cost = self._ctx[ctx] = self._model_counter.count(ctx) + _JOIN_COST if ctx else 0
-        return self.chunker.model_limit - cost
+        return self.model_limit - cost
 
     @property
     def section_budget(self) -> int:
@@ -287,12 +287,3 @@ class Measure:
             return False
         budget = self._fixed_budget  # inline of `_model_budget` for the common case: this is hot
         return m <= (budget if budget is not None else self._model_budget(a, b))
-
-
-@lru_cache(maxsize=8192)
-def clip_context(model: str, limit: int, ctx: str) -> str:
-    """A context cut to at most `limit` word pieces (at a word-piece boundary)."""
-    cnt = counter("model", model)
-    if cnt.count(ctx) <= limit:
-        return ctx
-    return ctx[: cnt.encode_offsets(ctx)[limit - 1][1]].rstrip()

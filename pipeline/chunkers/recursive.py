@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pipeline.chunkers.base import Chunker, register
+from pipeline.chunkers.pack import pack, pieces_of
 from pipeline.chunkers.spans import split_points
-from pipeline.config import DEFAULT_SEPARATORS
-from pipeline.model import Document, Section, Span, strip_span
+from pipeline.chunkers.view import SectionView
+from pipeline.model import Span, strip_span
 
 
 @register
@@ -14,20 +15,19 @@ class RecursiveChunker(Chunker):
 
     kind = "recursive"
 
-    def split(self, doc: Document, section: Section) -> list[Span]:
-        fits = self.fits_for(doc, section)
-        m = self.measure(doc, section)
-        if m.whole > m.size and not fits(section.start, section.end):
+    def split(self, view: SectionView) -> list[Span]:
+        fits, m, text = view.fits, view.measure, view.text
+        if m.whole > m.size and not fits(view.start, view.end):
             # paragraphs (pieces at the first separator) that fit `keep_whole` stay one piece each
-            seps = getattr(self.config, "separators", DEFAULT_SEPARATORS)
-            pts = split_points(doc.text, section.start, section.end, seps[0], section.atomic) if seps else []
-            bounds = [section.start, *pts, section.end]
+            seps = view.separators
+            pts = split_points(text, view.start, view.end, seps[0], view.atomic) if seps else []
+            bounds = [view.start, *pts, view.end]
             pieces: list[Span] = []
             for a, b in zip(bounds, bounds[1:], strict=False):
-                if fits(a, b) or m.fits_whole(*strip_span(doc.text, a, b)):
+                if fits(a, b) or m.fits_whole(*strip_span(text, a, b)):
                     pieces.append((a, b))
                 else:
-                    pieces += self.pieces_for(doc, section, a, b, fits)
+                    pieces += pieces_of(view, a, b, fits)
         else:
-            pieces = self.pieces_for(doc, section, section.start, section.end, fits)
-        return self.pack(doc, section, pieces, fits=fits, overlap_units=getattr(self.config, "overlap", 0))
+            pieces = pieces_of(view, view.start, view.end, fits)
+        return pack(view, pieces, fits=fits, overlap_units=getattr(self.config, "overlap", 0))

@@ -6,20 +6,29 @@ call; distances are rounded so that batch composition cannot flip a breakpoint (
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from pipeline.chunkers.base import register
+from pipeline.chunkers.pack import pack_indices
 from pipeline.chunkers.sentence import SentenceChunker
 from pipeline.chunkers.spans import Fits
-from pipeline.config import DEFAULT_MODEL
-from pipeline.model import Chunk, Document, Section, Span
+from pipeline.chunkers.view import SectionView
+from pipeline.model import Document, Span
 
 #: Decimals kept of a cosine distance: float noise between batch shapes stays below this.
 _DECIMALS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A batch's shared work (`SemanticChunker.prepare`): every section's sentences, keyed by (document
+    id, start, end), and the vectors of all their windows, embedded in one call."""
+
+    vectors: dict[str, np.ndarray]
+    sentences: dict[tuple[int, int, int], list[Span]]
 
 
 @register
@@ -28,17 +37,15 @@ class SemanticChunker(SentenceChunker):
 
     kind = "semantic"
 
-    def __init__(self, config: Any, *, model: str = DEFAULT_MODEL, model_limit: int | None = None) -> None:
-        super().__init__(config, model=model, model_limit=model_limit)
-        self._local = threading.local()  # sentences and vectors precomputed by chunk_document, per thread
-
     # ------------------------------------------------------------------------------ embeddings
 
-    def _embed(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
-        """Vectors for distinct texts: precomputed ones, the rest in one encode call."""
+    def _embed(
+        self, texts: Sequence[str], known: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Vectors for distinct texts: those `known` already, the rest in one encode call."""
         from pipeline.embed import get_embedder
 
-        known: dict[str, np.ndarray] = getattr(self._local, "vectors", None) or {}
+        known = known or {}
         missing = list(dict.fromkeys(t for t in texts if t not in known))
         found = {t: known[t] for t in texts if t in known}
         if missing:
@@ -61,12 +68,15 @@ class SemanticChunker(SentenceChunker):
 
         return [t(r) for r in left], [t(r) for r in right]
 
-    def distances(self, text: str, sents: Sequence[Span]) -> np.ndarray:
-        """Cosine distance across each gap between neighbouring sentences (rounded)."""
+    def distances(
+        self, text: str, sents: Sequence[Span], known: dict[str, np.ndarray] | None = None
+    ) -> np.ndarray:
+        """Cosine distance across each gap between neighbouring sentences (rounded); `known`: vectors
+        embedded already (a batch's)."""
         if len(sents) < 2:
             return np.zeros(0)
         lt, rt = self._window_texts(text, sents)
-        vec = self._embed([*lt, *rt])
+        vec = self._embed([*lt, *rt], known)
         a = np.stack([vec[x] for x in lt])
         b = np.stack([vec[x] for x in rt])
         return np.round(1.0 - np.sum(a * b, axis=1), _DECIMALS)
@@ -86,19 +96,19 @@ class SemanticChunker(SentenceChunker):
 
     # ---------------------------------------------------------------------------------- split
 
-    def split(self, doc: Document, section: Section) -> list[Span]:
-        text = doc.text
-        fits = self.fits_for(doc, section)
-        sents = self.sentences(doc, section, fits)
+    def split(self, view: SectionView) -> list[Span]:
+        text, fits = view.text, view.fits
+        batch: Prepared | None = view.shared
+        known = batch.sentences if batch is not None else None
+        key = (id(view.doc), view.start, view.end)
+        sents = known[key] if known and key in known else self.sentences(view.doc, view.section, fits)
         if not sents:
             return []
-        dist = self.distances(text, sents)
+        dist = self.distances(text, sents, batch.vectors if batch is not None else None)
         cuts = self.breakpoints(dist)
         groups: list[tuple[int, int]] = []  # sentence index ranges [i, j]
         for lo, hi in zip([0, *(c + 1 for c in cuts)], [*cuts, len(sents) - 1], strict=True):
-            groups += [
-                (lo + i, lo + j) for i, j in self.pack_indices(doc, section, sents[lo : hi + 1], fits=fits)
-            ]
+            groups += [(lo + i, lo + j) for i, j in pack_indices(view, sents[lo : hi + 1], fits=fits)]
         groups = self._merge_small(text, sents, groups, dist, fits)
         return [(sents[i][0], sents[j][1]) for i, j in groups]
 
@@ -134,34 +144,15 @@ class SemanticChunker(SentenceChunker):
                 k += 1
         return groups
 
-    def prepare(self, items: Sequence[tuple[Document, Sequence[int]]]) -> None:
+    def prepare(self, items: Sequence[tuple[Document, Sequence[int]]]) -> Prepared:
         """Sentences of every section of the batch, and their windows embedded in ONE call."""
         texts: list[str] = []
         sentences: dict[tuple[int, int, int], list[Span]] = {}
         for doc, indices in items:
             for i in indices:
                 s = doc.sections[i]
-                sents = super().sentences(doc, s, self.fits_for(doc, s))
+                sents = self.sentences(doc, s, self.fits_for(doc, s))
                 sentences[(id(doc), s.start, s.end)] = sents
                 lt, rt = self._window_texts(doc.text, sents) if len(sents) > 1 else ([], [])
                 texts += lt + rt
-        self._local.vectors = self._embed(texts)
-        self._local.sentences = sentences
-
-    def release(self) -> None:
-        self._local.vectors = self._local.sentences = None
-
-    def chunk_sections(self, doc: Document, indices: Sequence[int]) -> dict[int, list[Chunk]]:
-        """Inside `batch` the batch's embeddings serve; otherwise this document's, embedded in one call."""
-        if getattr(self._local, "sentences", None) is not None:
-            return super().chunk_sections(doc, indices)
-        with self.batch([(doc, indices)]):
-            return super().chunk_sections(doc, indices)
-
-    def sentences(self, doc: Document, section: Section, fits: Fits) -> list[Span]:
-        """Sentence pieces, reused when `prepare` already computed them."""
-        known = getattr(self._local, "sentences", None)
-        key = (id(doc), section.start, section.end)
-        if known and key in known:
-            return known[key]
-        return super().sentences(doc, section, fits)
+        return Prepared(self._embed(texts), sentences)

@@ -46,7 +46,10 @@ import pysbd
 import pysbd.languages
 
 from pipeline.chunkers.base import Chunker, register
-from pipeline.chunkers.spans import Fits
+from pipeline.chunkers.pack import pack
+from pipeline.chunkers.spans import Fits, recursive_spans
+from pipeline.chunkers.view import SectionView
+from pipeline.config import DEFAULT_SEPARATORS
 from pipeline.model import Document, Section, Span, strip_span
 
 #: pysbd's languages; anything else falls back to English rules (which also cut at 。！？).
@@ -261,23 +264,26 @@ class SentenceChunker(Chunker):
 
     kind = "sentence"
 
+    def split(self, view: SectionView) -> list[Span]:
+        fits = view.fits
+        sents = self.sentences(view.doc, view.section, fits)
+        return pack(view, sents, fits=fits, overlap_items=self.config.overlap)
+
     def sentences(self, doc: Document, section: Section, fits: Fits) -> list[Span]:
-        """Stripped sentence spans of a section, over-budget sentences already cut into pieces."""
+        """Stripped sentence spans of a section, over-budget sentences already cut into pieces (at the
+        config's separators) that pass `fits`."""
+        text = doc.text
+        separators = getattr(self.config, "separators", DEFAULT_SEPARATORS)
         out: list[Span] = []
         for s, e in sentence_spans(
-            doc.text, section.start, section.end, language=section_language(self.config, section)
+            text, section.start, section.end, language=section_language(self.config, section)
         ):
-            s, e = strip_span(doc.text, s, e)
+            s, e = strip_span(text, s, e)
             if e <= s:
                 continue
             if fits(s, e):
                 out.append((s, e))
             else:
-                out.extend(strip_span(doc.text, x, y) for x, y in self.pieces_for(doc, section, s, e, fits))
+                pieces = recursive_spans(text, s, e, fits, separators, section.atomic)
+                out.extend(strip_span(text, x, y) for x, y in pieces)
         return [(s, e) for s, e in out if e > s]
-
-    def split(self, doc: Document, section: Section) -> list[Span]:
-        fits = self.fits_for(doc, section)
-        return self.pack(
-            doc, section, self.sentences(doc, section, fits), fits=fits, overlap_items=self.config.overlap
-        )

@@ -169,7 +169,7 @@ def _preflight(collection: str | None, *, embeds: bool = False) -> None:
 def _check_model(model: str) -> None:
     """A model named by a path must be a folder that is there (nothing is downloaded at run time): said
     before anything runs, a dry run included."""
-    from pipeline.tokens import model_path
+    from pipeline.embed.meta import model_path
 
     path = Path(model_path(model)).expanduser()
     looks_like_a_path = model.startswith(("/", ".", "~")) or path.exists()

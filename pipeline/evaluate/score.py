@@ -91,7 +91,8 @@ def _score(
 ) -> list[dict]:
     """One result per mode; chunk facts and precision_Ω depend on the chunks only, so all modes share them."""
     from pipeline import store
-    from pipeline.tokens import counter, model_max_tokens
+    from pipeline.embed.meta import model_max_tokens
+    from pipeline.tokens import counter
 
     u2c = indexed.uri_to_corpus
     maps: dict[str, OffsetMap] = {}
