@@ -114,16 +114,23 @@ BEGIN
 END
 $$;
 
--- Whether a chunk passes a resolved filter (chunkyard_search_filter's documents, languages, metadata), its
--- document live: what a search checks on each chunk it reads.
+-- Whether a chunk passes a resolved filter (chunkyard_search_filter's documents, languages, metadata), from its
+-- row and its document's (k, d below): the one predicate every search applies to what it reads. A plain
+-- expression, so the planner inlines it into the search's own plan (a call per chunk read cost 20 to 100 us).
 CREATE OR REPLACE FUNCTION chunkyard_filter_admits(
-    p_chunk_id bigint, p_documents bigint[], p_languages text[], p_metadata jsonb
+    p_document_id     bigint,       -- k.document_id
+    p_language        text,         -- k.language
+    p_chunk_metadata  jsonb,        -- k.metadata
+    p_doc_metadata    jsonb,        -- d.metadata
+    p_deleted_at      timestamptz,  -- d.deleted_at
+    p_documents       bigint[],
+    p_languages       text[],
+    p_metadata        jsonb
 ) RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT EXISTS (SELECT 1 FROM chunks k JOIN documents d ON d.id = k.document_id
-                   WHERE k.id = p_chunk_id AND d.deleted_at IS NULL
-                     AND (p_documents IS NULL OR k.document_id = ANY (p_documents))
-                     AND (p_languages IS NULL OR k.language = ANY (p_languages))
-                     AND (p_metadata IS NULL OR k.metadata @> p_metadata OR d.metadata @> p_metadata))
+    SELECT p_deleted_at IS NULL
+           AND (p_documents IS NULL OR p_document_id = ANY (p_documents))
+           AND (p_languages IS NULL OR p_language = ANY (p_languages))
+           AND (p_metadata IS NULL OR p_chunk_metadata @> p_metadata OR p_doc_metadata @> p_metadata)
 $$;

@@ -177,7 +177,10 @@ BEGIN
                 EXECUTE format(
                     'SELECT array_agg(x.id ORDER BY x.dist, x.id), array_agg(x.dist ORDER BY x.dist, x.id)
                      FROM (SELECT v.chunk_id AS id, (v.embedding::vector(%1$s) <=> $1)::float8 AS dist FROM %2$I v
-                           WHERE chunkyard_filter_admits(v.chunk_id, $3, $4, $5)
+                           WHERE EXISTS (SELECT 1 FROM chunks k JOIN documents d ON d.id = k.document_id
+                                         WHERE k.id = v.chunk_id
+                                           AND chunkyard_filter_admits(k.document_id, k.language, k.metadata,
+                                                   d.metadata, d.deleted_at, $3, $4, $5))
                            ORDER BY v.embedding::vector(%1$s) <=> $1 LIMIT $2) x',
                     v_dim, 'chunk_vectors_' || v_set)
                 INTO v_ids, v_dists USING p_query, p_n, f.documents, f.languages, f.metadata;
@@ -190,9 +193,10 @@ BEGIN
             RETURN QUERY EXECUTE format(
                 'SELECT x.id, x.dist
                  FROM (SELECT v.chunk_id AS id, (v.embedding::vector(%1$s) <=> $1)::float8 AS dist FROM %2$I v
-                       WHERE v.chunk_id IN (SELECT k.id FROM chunks k
+                       WHERE v.chunk_id IN (SELECT k.id FROM chunks k JOIN documents d ON d.id = k.document_id
                                             WHERE (k.document_id = ANY ($3) OR $3 IS NULL AND k.collection_id = $6)
-                                              AND chunkyard_filter_admits(k.id, $3, $4, $5))
+                                              AND chunkyard_filter_admits(k.document_id, k.language, k.metadata,
+                                                      d.metadata, d.deleted_at, $3, $4, $5))
                        OFFSET 0) x
                  ORDER BY x.dist, x.id LIMIT $2',
                 v_dim, 'chunk_vectors_' || v_set)

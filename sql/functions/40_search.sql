@@ -270,7 +270,11 @@ BEGIN
     ),
     live AS (  -- the best of them whose document is not soft-deleted (and that pass the filter)
         SELECT cand.id, cand.tsv FROM cand
-        WHERE CASE WHEN f.filtered THEN chunkyard_filter_admits(cand.id, f.documents, f.languages, f.metadata)
+        WHERE CASE WHEN f.filtered
+                   THEN EXISTS (SELECT 1 FROM chunks k JOIN documents d ON d.id = k.document_id
+                                WHERE k.id = cand.id
+                                  AND chunkyard_filter_admits(k.document_id, k.language, k.metadata, d.metadata,
+                                                              d.deleted_at, f.documents, f.languages, f.metadata))
                    ELSE (SELECT d.deleted_at FROM documents d WHERE d.id = cand.document_id) IS NULL END
         LIMIT 2 * p_k + 20
     ),
