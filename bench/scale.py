@@ -134,22 +134,41 @@ def queries(n: int) -> tuple[list[str], np.ndarray]:
     return texts, v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def latencies(url: str, texts: list[str], vecs: np.ndarray, k: int) -> dict[str, list[float]]:
-    """Milliseconds per query and mode, warm (second pass), through server-side prepared statements."""
+def latencies(
+    url: str, texts: list[str], vecs: np.ndarray, k: int, filters: dict | None = None, label: str = ""
+) -> dict[str, list[float]]:
+    """Milliseconds per query and mode, warm (second pass), through server-side prepared statements; with
+    `filters` (store.search_filter), every search is filtered and must still return k rows."""
     out: dict[str, list[float]] = {}
     with db.connection(url) as conn:
         conn.prepare_threshold = 0
         for mode in ("vector", "fulltext", "hybrid"):
+            short = 0
             for _rep in range(2):
                 times = []
                 for text, vec in zip(texts, vecs, strict=True):
                     t0 = time.perf_counter()
-                    store.search(conn, "scale", vec, k=k, query_text=text, mode=mode)
+                    hits = store.search(conn, "scale", vec, k=k, query_text=text, mode=mode, filters=filters,
+                                        whole_sections=None if filters else store.WHOLE_SECTION_SHARE)  # fmt: skip
                     times.append((time.perf_counter() - t0) * 1000)
-                out[mode] = times
-            print(f"  {mode}: p50 {np.percentile(times, 50):.1f} ms, p95 {np.percentile(times, 95):.1f} ms",
-                  file=sys.stderr)  # fmt: skip
+                    short += mode == "vector" and len(hits) < k
+                out[mode + label] = times
+            note = f", {short} vector searches short of k" if filters else ""
+            print(f"  {mode}{label}: p50 {np.percentile(times, 50):.1f} ms, p95 {np.percentile(times, 95):.1f} ms"
+                  f"{note}", file=sys.stderr)  # fmt: skip
     return out
+
+
+def share_filter(url: str, share: float) -> dict:
+    """A filter admitting about `share` of the collection: every (1 / share)-th document, spread over the
+    whole of it (so an index scan meets them everywhere)."""
+    step = max(1, round(1 / share))
+    with db.connection(url) as conn:
+        ids = [r[0] for r in conn.execute(
+            "SELECT id FROM documents d WHERE d.collection_id = (SELECT id FROM collections WHERE name = 'scale') "
+            "ORDER BY id").fetchall()][::step]  # fmt: skip
+        conn.commit()
+    return store.search_filter(documents=ids) or {}
 
 
 def exactness(url: str, texts: list[str], k: int) -> dict[str, float]:
@@ -217,6 +236,8 @@ def main() -> None:
     ap.add_argument("--pgdata", type=Path, default=Path("/tmp/chunkyard-scale/pg"))
     ap.add_argument("--rebuild", action="store_true", help="drop the N-chunk database and build it again")
     ap.add_argument("--exactness", action="store_true", help="compare full text with exact BM25 (slow)")
+    ap.add_argument("--filter-share", type=float, metavar="SHARE",
+                    help="also time every search filtered to this share of the documents (e.g. 0.01)")  # fmt: skip
     args = ap.parse_args()
     if args.queries < 50:
         ap.error("--queries: at least 50")
@@ -247,6 +268,9 @@ def main() -> None:
         result["tsvector"] = tsvector_cost(conn)
     texts, vecs = queries(args.queries)
     lat = latencies(url, texts, vecs, args.k)
+    if args.filter_share:
+        label = f" {args.filter_share:.0%} filter"
+        lat |= latencies(url, texts, vecs, args.k, share_filter(url, args.filter_share), label)
     result["queries"] = len(texts)
     result["p50_ms"] = {m: round(float(np.percentile(t, 50)), 1) for m, t in lat.items()}
     result["p95_ms"] = {m: round(float(np.percentile(t, 95)), 1) for m, t in lat.items()}

@@ -144,9 +144,23 @@ def hits(found: list, *, parent: bool) -> None:
             f"\\[{h.char_start}:{h.char_end}]{note}{tokens}  [cyan]{escape(path)}[/]",
             highlight=False,
         )
-        body = h.parent_text if parent and h.parent_text else h.text
-        snippet = body if len(body) <= 600 else body[:600] + " …"
+        snippet = in_parent(h.text, h.parent_text) if parent and h.parent_text else _cut(h.text, 600)
         out.print("   " + snippet.replace("\n", "\n   "), highlight=False, markup=False)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + " …"
+
+
+def in_parent(chunk: str, parent: str, limit: int = 600) -> str:
+    """A hit's chunk within its parent section (`search --parent`): the section around the chunk, about
+    `limit` characters of it, the chunk marked »like this«; each hit of one section shows its own chunk."""
+    at = parent.find(chunk)
+    if at < 0 or len(chunk) >= limit:  # not found (never: offsets are a contract), or no room around it
+        return _cut(parent, limit) if at < 0 else "»" + _cut(chunk, limit) + "«"
+    room = max(0, limit - len(chunk)) // 2
+    lo, hi = max(0, at - room), min(len(parent), at + len(chunk) + room)
+    return ("… " if lo else "") + parent[lo:at] + "»" + chunk + "«" + parent[at + len(chunk) : hi] + (" …" if hi < len(parent) else "")
 
 
 def _pages(meta: dict) -> str:

@@ -237,7 +237,9 @@ def migrate(conn: psycopg.Connection) -> list[str]:
                     conn.execute(body)
                 # BM25 statistics a migration marked stale (fts_chunks NULL), recounted by the current function
                 if conn.execute("SELECT to_regprocedure('chunkyard_refresh_fts_stats(bigint)')").fetchone()[0]:
-                    conn.execute("SELECT chunkyard_refresh_fts_stats(id) FROM collections WHERE fts_chunks IS NULL")
+                    from pipeline.store.ledger import recount_fts_stats
+
+                    recount_fts_stats(conn, stale_only=True)
                 conn.execute(
                     """INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, 'functions/*.sql', %s)
                        ON CONFLICT (version) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()""",

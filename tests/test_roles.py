@@ -62,7 +62,7 @@ def test_a_reader_searches_and_reads_but_cannot_write(two_collections, database_
     reader = login("chunkyard_reader")
     with as_role(database_url, reader) as c:
         assert c.execute("SELECT count(*) FROM chunks").fetchone()[0] >= 2
-        hits = c.execute("SELECT text FROM chunkyard_fulltext_search('a', 'pelicans', 3) f "
+        hits = c.execute("SELECT k.text FROM chunkyard_fulltext_search('a', 'pelicans', 3) f "
                          "JOIN chunks k ON k.id = f.chunk_id").fetchall()  # fmt: skip
         assert hits and "pelicans" in hits[0][0]
         vec = c.execute("SELECT embedding FROM chunk_embeddings LIMIT 1").fetchone()[0]

@@ -262,6 +262,13 @@ def test_a_section_mostly_retrieved_comes_back_whole_in_every_mode(tmp_path, set
             w = whole[0]
             assert w.text == doc[w.char_start : w.char_end] == doc[sec[0] : sec[1]].strip()
             assert w.chunk_id == next(h.chunk_id for h in chunks if h.section_id == w.section_id)  # its best
+        # every search's rows (chunkyard_hit) say what they cost: a whole section the tokens of its chunks
+        rows = conn.execute("SELECT section_id, metadata, tokens, tokens_before FROM chunkyard_search('default', %s, %s)",
+                            (vec, n_chunks)).fetchall()  # fmt: skip
+        assert [r[3] for r in rows] == [sum(r[2] for r in rows[:i]) for i in range(len(rows))]
+        (whole_row,) = [r for r in rows if r[1].get("whole_section")]
+        assert whole_row[2] == conn.execute("SELECT sum(token_count) FROM chunks WHERE section_id = %s",
+                                            (whole_row[0],)).fetchone()[0]  # fmt: skip
         # a section that is just its one chunk comes back as that chunk, unmarked
         (bees,) = store.search(conn, "bees", None, k=1, query_text="queen", mode="fulltext")
         assert bees.text == "Honey bees raise a new queen." and "whole_section" not in bees.metadata

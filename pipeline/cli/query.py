@@ -53,10 +53,37 @@ def search(
             "a section once half of it is read, in document order (the last chunk may go past the budget).",
         ),
     ] = None,
+    source: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--source",
+            help="Only files matching this path or glob (repeatable): a file or folder, or a pattern such as "
+            "'*.md', 'docs/**' or 'api/*.py' matched after any '/' of the file's URI.",
+        ),
+    ] = None,
+    document: Annotated[
+        list[int] | None,
+        typer.Option("--document", help="Only this document id (repeatable): a question about known documents."),
+    ] = None,
+    doc_type: Annotated[
+        list[str] | None, typer.Option("--type", help="Only this document type (repeatable): markdown, pdf, code...")
+    ] = None,
+    language: Annotated[
+        list[str] | None, typer.Option("--language", help="Only chunks in this language (ISO 639-1, repeatable).")
+    ] = None,
+    metadata: Annotated[
+        str | None,
+        typer.Option("--metadata", help='Only chunks whose metadata (or their document\'s) holds this JSON, e.g. \'{"page": 3}\'.'),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Only documents written (new or changed) at or after this ISO date or time."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Top-k chunks for a query (or a context of --budget tokens), with score, file, heading path and
-    character range."""
+    character range; --source, --document, --type, --language, --metadata and --since narrow what is searched."""
+    from pipeline.search import cli_filters
     from pipeline.search import search as run_search
     from pipeline.store import WHOLE_SECTION_SHARE
 
@@ -69,6 +96,7 @@ def search(
         with_parent=parent,
         whole_sections=WHOLE_SECTION_SHARE if whole_sections else None,
         budget=budget,
+        filters=cli_filters(source or [], document or [], doc_type or [], language or [], metadata, since),
     )
     if as_json:
         out.print_json(json.dumps([h.__dict__ for h in found]))

@@ -54,6 +54,7 @@ from pipeline.store.reads import (
     collection_texts,
     context,
     search,
+    search_filter,
 )
 from pipeline.store.vectors import (
     activate_set,
@@ -70,7 +71,7 @@ __all__ = [
     "SEARCH_MODES", "WHOLE_SECTION_SHARE", "ContextHit", "Hit", "NewDocument", "SearchMode", "bulk_load_pays", "bulk_mode", "drop_search_indexes",
     "ensure_search_indexes", "write_documents", "as_array", "cache_lookup", "cache_store",
     "chunk_spans", "document_texts", "record_eval", "collection_chunks", "collection_texts", "context", "drop_collection", "ensure_collection", "finish_run",
-    "get_collection", "LockHolder", "lock_collection", "lock_holders", "prune", "quality_changed", "quality_report", "record_quality", "recount_fts_stats", "record_error", "record_progress", "refresh_fts_stats", "run_errors", "search",
+    "get_collection", "LockHolder", "lock_collection", "lock_holders", "prune", "quality_changed", "quality_report", "record_quality", "recount_fts_stats", "record_error", "record_progress", "refresh_fts_stats", "run_errors", "search", "search_filter",
     "source_uris", "start_run", "status", "stored_documents", "stored_sections", "unlock_collection", "unstemmed_languages",
     "write_document", "activate_set", "create_set", "drop_retired_sets", "drop_set",
     "embedding_sets", "missing_vectors", "set_progress", "write_vectors",

@@ -239,7 +239,7 @@ def score_parts(
             parts.setdefault(cid, {})["vector"] = (rank, 1 - dist)
     if query_text.strip():
         for rank, (cid, score) in enumerate(
-            conn.execute("SELECT chunk_id, score FROM chunkyard_fulltext_search(%s, %s, %s)",
+            conn.execute("SELECT chunk_id, score FROM chunkyard_bm25(%s, %s, %s)",
                          (collection, query_text, n)).fetchall(), 1):  # fmt: skip
             parts.setdefault(cid, {})["fulltext"] = (rank, score)
     conn.commit()

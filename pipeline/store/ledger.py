@@ -188,18 +188,21 @@ def refresh_fts_stats(conn: psycopg.Connection, collection_id: int, set_ids: Seq
     HNSW index of the given embedding sets), and BM25 statistics counted if a collection has none (triggers
     on chunks keep them current; `recount_fts_stats` repairs)."""
     ensure_search_indexes(conn, set_ids)
-    missing = conn.execute(
-        "SELECT fts_chunks IS NULL FROM collections WHERE id = %s", (collection_id,)
-    ).fetchone()
-    conn.commit()
-    if missing and missing[0]:
-        recount_fts_stats(conn, collection_id)
+    recount_fts_stats(conn, collection_id, stale_only=True)
 
 
-def recount_fts_stats(conn: psycopg.Connection, collection_id: int) -> None:
-    """Recount a collection's BM25 statistics from its rows (a repair: a full pass over its chunks)."""
+def recount_fts_stats(
+    conn: psycopg.Connection, collection_id: int | None = None, *, stale_only: bool = False
+) -> int:
+    """Recount BM25 statistics from the rows (a full pass over a collection's chunks) with the one SQL recount,
+    chunkyard_refresh_fts_stats: of one collection or of all; `stale_only`, of those that have none
+    (collections.fts_chunks NULL: marked stale by a migration). Returns how many were recounted."""
     with conn.transaction():
-        conn.execute("SELECT chunkyard_refresh_fts_stats(%s)", (collection_id,))
+        return len(conn.execute(
+            """SELECT chunkyard_refresh_fts_stats(id) FROM collections
+               WHERE (%(id)s::bigint IS NULL OR id = %(id)s) AND (NOT %(stale)s OR fts_chunks IS NULL)""",
+            {"id": collection_id, "stale": stale_only},
+        ).fetchall())  # fmt: skip
 
 
 def record_error(conn: psycopg.Connection, run_id: int, source_uri: str, stage: str, error: str) -> None:

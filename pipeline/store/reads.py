@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from pipeline.store.documents import as_array
+
+H = TypeVar("H", bound="Hit")
 
 # ------------------------------------------------------------------------------------------ reading
 
 
 @dataclass(frozen=True)
 class Hit:
+    """A row of the SQL type chunkyard_hit, as a search returns it (read by column name)."""
+
     chunk_id: int
     score: float
     text: str
@@ -27,6 +35,14 @@ class Hit:
     section_id: int
     parent_text: str | None
     metadata: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ContextHit(Hit):
+    """A chunk read into a context (`context`): its tokens (the collection's unit) and those read before it."""
+
+    tokens: int = 0
+    tokens_before: int = 0
 
 
 #: How `search` ranks: cosine similarity, BM25 full text, or both fused ("hybrid": chunkyard_hybrid_search's default
@@ -41,6 +57,24 @@ SEARCH_MODES: tuple[str, ...] = ("vector", "fulltext", "hybrid", "rrf")
 WHOLE_SECTION_SHARE = 0.5
 
 
+def search_filter(
+    *,
+    source: Sequence[str] = (),
+    documents: Sequence[int] = (),
+    doc_type: Sequence[str] = (),
+    language: Sequence[str] = (),
+    metadata: Mapping[str, Any] | None = None,
+    updated_since: datetime | str | None = None,
+) -> dict[str, Any] | None:
+    """The `p_filter` of the SQL search functions (docs/search-filters.md) from its parts; None filters nothing."""
+    found: dict[str, Any] = {
+        "source": list(source), "documents": [int(d) for d in documents], "doc_type": list(doc_type),
+        "language": list(language), "metadata": dict(metadata or {}),
+        "updated_since": updated_since.isoformat() if isinstance(updated_since, datetime) else updated_since,
+    }  # fmt: skip
+    return {k: v for k, v in found.items() if v not in ((), [], {}, None)} or None
+
+
 def search(
     conn: psycopg.Connection,
     collection: str,
@@ -51,35 +85,16 @@ def search(
     mode: SearchMode = "vector",
     with_parent: bool = False,
     whole_sections: float | None = WHOLE_SECTION_SHARE,
+    filters: Mapping[str, Any] | None = None,
 ) -> list[Hit]:
     """Top-k chunks through the SQL functions users call themselves; a section at least `whole_sections`
-    retrieved comes back whole in place of its chunks (None: chunks only)."""
-    _check_mode(mode)
-    if mode in ("hybrid", "rrf"):
-        query = """SELECT * FROM chunkyard_hybrid_search(%s, %s, %s, %s, %s, p_fusion => %s,
-                                                         p_whole_section => %s)"""
-        args: tuple = (collection, query_vec, query_text or "", k, with_parent, _fusion(mode), whole_sections)
-    elif mode == "fulltext":
-        query = """SELECT h.*
-                   FROM (SELECT array_agg(f.chunk_id ORDER BY f.score DESC, f.chunk_id) AS ids,
-                                array_agg(f.score ORDER BY f.score DESC, f.chunk_id) AS scores
-                         FROM chunkyard_fulltext_search(%s, %s, %s) f) t
-                   CROSS JOIN LATERAL chunkyard_hits(t.ids, t.scores, %s, %s) h"""
-        args = (collection, query_text or "", k, with_parent, whole_sections)
-    else:
-        query = "SELECT * FROM chunkyard_search(%s, %s, %s, %s, %s)"
-        args = (collection, query_vec, k, with_parent, whole_sections)
-    rows = conn.execute(query, args).fetchall()
+    retrieved comes back whole in place of its chunks (None: chunks only); `filters`: the chunks searched
+    (`search_filter`)."""
+    call, args = _search_call(mode, collection, query_vec, query_text, k, p_with_parent=with_parent,
+                              p_whole_section=whole_sections, p_filter=_jsonb(filters))  # fmt: skip
+    rows = conn.cursor(row_factory=dict_row).execute(f"SELECT * FROM {call}", args).fetchall()
     conn.commit()
-    return [Hit(*r[:-1], _as_dict(r[-1])) for r in rows]
-
-
-@dataclass(frozen=True)
-class ContextHit(Hit):
-    """A chunk read into a context (`context`): its tokens (the collection's unit) and those read before it."""
-
-    tokens: int = 0
-    tokens_before: int = 0
+    return [_hit(Hit, r) for r in rows]
 
 
 def context(
@@ -93,61 +108,65 @@ def context(
     with_parent: bool = False,
     whole_sections: float | None = WHOLE_SECTION_SHARE,
     k: int | None = None,
+    filters: Mapping[str, Any] | None = None,
 ) -> list[ContextHit]:
     """A context of `budget` tokens (`chunkyard_context`): the search's chunks in rank order, and the rest of a
     section once `whole_sections` of it is read, in document order, until the budget is spent (the last chunk
     may go past it). The search is asked for `k` chunks, or by default for 32 and then more until the
-    context is full or the search has no more (1000 at most); `budget` None reads all `k` of them."""
+    context is full or the search has no more (1000 at most); `budget` None reads all `k` of them; `filters`:
+    the chunks searched (`search_filter`)."""
     if budget is None and k is None:
         raise ValueError("context: give a budget of tokens or the number of chunks k to read")
-    _check_mode(mode)
     kk = k or 32
     while True:
-        ranking, args = _ranking(mode, collection, query_vec, query_text, kk)
-        rows = conn.execute(
-            f"""SELECT h.*, cardinality(t.ids)
+        call, args = _search_call(mode, collection, query_vec, query_text, kk, p_whole_section=None,
+                                  p_filter=_jsonb(filters))  # fmt: skip
+        rows = conn.cursor(row_factory=dict_row).execute(
+            f"""SELECT h.*, cardinality(t.ids) AS ranked
                 FROM (SELECT array_agg(r.chunk_id ORDER BY r.score DESC, r.chunk_id) AS ids,
                              array_agg(r.score ORDER BY r.score DESC, r.chunk_id) AS scores
-                      FROM {ranking} r) t
+                      FROM {call} r) t
                 CROSS JOIN LATERAL chunkyard_context(t.ids, t.scores, %s, %s, %s) h""",
             (*args, budget, whole_sections, with_parent),
         ).fetchall()
         conn.commit()
-        ranked = rows[0][-1] if rows else 0
-        spent = sum(r[10] for r in rows)
+        ranked = rows[0]["ranked"] if rows else 0
+        spent = sum(r["tokens"] for r in rows)
         if k is not None or budget is None or spent >= budget or ranked < kk or kk >= 1000:
-            return [ContextHit(*r[:9], _as_dict(r[9]), r[10], r[11]) for r in rows]
+            return [_hit(ContextHit, r) for r in rows]
         kk = min(kk * 4, 1000)
 
 
-def _ranking(
-    mode: SearchMode, collection: str, query_vec: np.ndarray | None, query_text: str | None, k: int
+def _search_call(
+    mode: SearchMode, collection: str, query_vec: np.ndarray | None, query_text: str | None, k: int, **named: Any
 ) -> tuple[str, tuple]:
-    """A search's top k chunks, no section whole, as a FROM item with chunk_id and score (and its args)."""
-    if mode in ("hybrid", "rrf"):
-        return (
-            "chunkyard_hybrid_search(%s, %s, %s, %s, p_fusion => %s, p_whole_section => NULL)",
-            (collection, query_vec, query_text or "", k, _fusion(mode)),
-        )
-    if mode == "fulltext":
-        return "chunkyard_fulltext_search(%s, %s, %s)", (collection, query_text or "", k)
-    return "chunkyard_search(%s, %s, %s, p_whole_section => NULL)", (collection, query_vec, k)
-
-
-def _fusion(mode: SearchMode) -> str:
-    return "rrf" if mode == "rrf" else "auto"
-
-
-def _check_mode(mode: str) -> None:
+    """The call of a mode's search function (`named`: its p_ parameters by name), and its arguments."""
     if mode not in SEARCH_MODES:
         raise ValueError(f"search mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
+    if mode in ("hybrid", "rrf"):
+        name, args = "chunkyard_hybrid_search", [collection, query_vec, query_text or "", k]
+        named = {"p_fusion": "rrf" if mode == "rrf" else "auto", **named}
+    elif mode == "fulltext":
+        name, args = "chunkyard_fulltext_search", [collection, query_text or "", k]
+    else:
+        name, args = "chunkyard_search", [collection, query_vec, k]
+    params = ["%s"] * len(args) + [f"{p} => %s" for p in named]
+    return f"{name}({', '.join(params)})", (*args, *named.values())
 
 
-def _as_dict(metadata: object) -> dict:
-    """Chunk metadata as a dict; rows written before schema version 4 hold it as a JSON string."""
-    if isinstance(metadata, str):
-        metadata = json.loads(metadata)
-    return metadata if isinstance(metadata, dict) else {}
+def _jsonb(filters: Mapping[str, Any] | None) -> Jsonb | None:
+    return Jsonb(dict(filters)) if filters else None
+
+
+def _hit(cls: type[H], row: dict[str, Any]) -> H:
+    """A chunkyard_hit row as `cls`, field by field from the columns of the same name; metadata as a dict (rows
+    written before schema version 4 hold it as a JSON string)."""
+    values = {f.name: row[f.name] for f in fields(cls)}
+    meta = values["metadata"]
+    if isinstance(meta, str):
+        meta = json.loads(meta)
+    values["metadata"] = meta if isinstance(meta, dict) else {}
+    return cls(**values)
 
 
 def collection_chunks(

@@ -122,11 +122,21 @@ FROM chunk_vectors v JOIN embedding_sets s ON s.id = v.set_id AND s.status = 'ac
 -- The p_n chunks nearest to p_query in a collection's active set (cosine distance), live documents only,
 -- through the set's HNSW index (iterative scans go on until p_n rows pass the soft-delete filter). A search
 -- that meets a set switched and dropped under it reads the new active set.
-CREATE OR REPLACE FUNCTION chunkyard_vector_candidates(p_collection text, p_query vector, p_n integer)
+-- With p_filter (05_search_filter.sql) the index scan goes on until p_n chunks pass the filter too, up to
+-- hnsw.max_scan_tuples of them; when the filter admits few chunks (documents holding at most 4000), or the
+-- scan stopped short of p_n, every chunk that passes is measured instead (exact, and never short of p_n
+-- when that many pass).
+CREATE OR REPLACE FUNCTION chunkyard_vector_candidates(
+    p_collection  text,
+    p_query       vector,
+    p_n           integer,
+    p_filter      jsonb DEFAULT NULL
+)
 RETURNS TABLE (chunk_id bigint, dist double precision)
 LANGUAGE plpgsql STABLE ROWS 10
 SET hnsw.iterative_scan = 'relaxed_order'
 SET hnsw.ef_search = 100
+SET hnsw.max_scan_tuples = 50000
 -- the filter's selectivity is unknown to the planner, which then prefers scanning and sorting the whole set
 -- for p_n of 50 on a small collection (100 ms at 10k chunks against 5 ms through the index)
 SET enable_seqscan = off
@@ -136,9 +146,13 @@ DECLARE
     v_set    bigint;
     v_dim    integer;
     v_model  text;
+    v_coll   bigint;
+    v_ids    bigint[];
+    v_dists  float8[];
+    f        record;
 BEGIN
     FOR attempt IN 1..3 LOOP
-        SELECT s.id, s.dim, s.model INTO v_set, v_dim, v_model
+        SELECT s.id, s.dim, s.model, c.id INTO v_set, v_dim, v_model, v_coll
         FROM embedding_sets s JOIN collections c ON c.id = s.collection_id
         WHERE c.name = p_collection AND s.status = 'active';
         IF v_set IS NULL THEN
@@ -148,13 +162,45 @@ BEGIN
             RAISE EXCEPTION 'chunkyard: collection % is embedded with % (% dimensions); the query vector has %',
                 p_collection, v_model, v_dim, vector_dims(p_query) USING ERRCODE = 'data_exception';
         END IF;
+        SELECT * INTO f FROM chunkyard_search_filter(v_coll, p_filter);
         BEGIN
+            IF NOT f.filtered THEN
+                RETURN QUERY EXECUTE format(
+                    'SELECT v.chunk_id, (v.embedding::vector(%1$s) <=> $1)::float8 FROM %2$I v
+                     WHERE (SELECT d.deleted_at FROM chunks k JOIN documents d ON d.id = k.document_id
+                            WHERE k.id = v.chunk_id) IS NULL
+                     ORDER BY v.embedding::vector(%1$s) <=> $1 LIMIT $2',
+                    v_dim, 'chunk_vectors_' || v_set) USING p_query, p_n;
+                RETURN;
+            END IF;
+            IF NOT coalesce(f.chunks <= 4000, false) THEN
+                EXECUTE format(
+                    'SELECT array_agg(x.id ORDER BY x.dist, x.id), array_agg(x.dist ORDER BY x.dist, x.id)
+                     FROM (SELECT v.chunk_id AS id, (v.embedding::vector(%1$s) <=> $1)::float8 AS dist FROM %2$I v
+                           WHERE EXISTS (SELECT 1 FROM chunks k JOIN documents d ON d.id = k.document_id
+                                         WHERE k.id = v.chunk_id
+                                           AND chunkyard_filter_admits(k.document_id, k.language, k.metadata,
+                                                   d.metadata, d.deleted_at, $3, $4, $5))
+                           ORDER BY v.embedding::vector(%1$s) <=> $1 LIMIT $2) x',
+                    v_dim, 'chunk_vectors_' || v_set)
+                INTO v_ids, v_dists USING p_query, p_n, f.documents, f.languages, f.metadata;
+                IF coalesce(cardinality(v_ids), 0) >= p_n THEN
+                    RETURN QUERY SELECT * FROM unnest(v_ids, v_dists);
+                    RETURN;
+                END IF;
+            END IF;
+            -- every chunk that passes, measured (OFFSET 0: not through the index, which would stop early)
             RETURN QUERY EXECUTE format(
-                'SELECT v.chunk_id, (v.embedding::vector(%1$s) <=> $1)::float8 FROM %2$I v
-                 WHERE (SELECT d.deleted_at FROM chunks k JOIN documents d ON d.id = k.document_id
-                        WHERE k.id = v.chunk_id) IS NULL
-                 ORDER BY v.embedding::vector(%1$s) <=> $1 LIMIT $2',
-                v_dim, 'chunk_vectors_' || v_set) USING p_query, p_n;
+                'SELECT x.id, x.dist
+                 FROM (SELECT v.chunk_id AS id, (v.embedding::vector(%1$s) <=> $1)::float8 AS dist FROM %2$I v
+                       WHERE v.chunk_id IN (SELECT k.id FROM chunks k JOIN documents d ON d.id = k.document_id
+                                            WHERE (k.document_id = ANY ($3) OR $3 IS NULL AND k.collection_id = $6)
+                                              AND chunkyard_filter_admits(k.document_id, k.language, k.metadata,
+                                                      d.metadata, d.deleted_at, $3, $4, $5))
+                       OFFSET 0) x
+                 ORDER BY x.dist, x.id LIMIT $2',
+                v_dim, 'chunk_vectors_' || v_set)
+            USING p_query, p_n, f.documents, f.languages, f.metadata, v_coll;
             RETURN;
         EXCEPTION WHEN undefined_table THEN
             NULL;  -- switched to another set meanwhile: read the new one

@@ -33,3 +33,30 @@ BEGIN ATOMIC
     DELETE FROM fts_terms t
     WHERE t.df <= 0 AND p_sign < 0 AND t.collection_id = ANY (p_collection);
 END;
+
+-- Recount a collection's BM25 statistics (fts_terms, chunk count, lengths, languages) from its rows: the one
+-- recount. Triggers on chunks keep them current, so this is a repair, not a routine step: a migration that
+-- changes chunks.tsv marks the statistics stale (collections.fts_chunks NULL) and the migrations runner
+-- recounts those with this function once the function files are applied (store.recount_fts_stats), as does
+-- the end of a run that finds them missing (a bulk load).
+CREATE OR REPLACE FUNCTION chunkyard_refresh_fts_stats(p_collection_id bigint)
+RETURNS void
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    DELETE FROM fts_terms WHERE collection_id = p_collection_id;
+    INSERT INTO fts_terms (collection_id, lexeme, df)
+    SELECT p_collection_id, w.lexeme, count(*)
+    FROM chunks c CROSS JOIN LATERAL unnest(tsvector_to_array(c.tsv)) AS w(lexeme)
+    WHERE c.collection_id = p_collection_id
+    GROUP BY w.lexeme;
+    UPDATE collections col
+    SET fts_chunks = s.n, fts_len_total = coalesce(s.len, 0), fts_lexemes_total = coalesce(s.lex, 0),
+        fts_avg_len = s.len::float8 / nullif(s.n, 0)
+    FROM (SELECT count(*) AS n, sum(chunkyard_tsv_len(c.tsv)) AS len, sum(length(c.tsv)) AS lex
+          FROM chunks c WHERE c.collection_id = p_collection_id AND c.tsv <> ''::tsvector) s
+    WHERE col.id = p_collection_id;
+    UPDATE collections col
+    SET languages = coalesce((SELECT array_agg(DISTINCT c.language ORDER BY c.language) FROM chunks c
+                              WHERE c.collection_id = p_collection_id), '{en}')
+    WHERE col.id = p_collection_id;
+END;

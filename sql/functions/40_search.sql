@@ -1,20 +1,5 @@
 -- Search functions users call directly. Re-applied on every migrate (CREATE OR REPLACE).
 
--- A changed result type cannot be replaced in place: drop the versions whose result lacks the chunk's
--- metadata (the last column since schema version 4) before creating them again.
-DO $$
-DECLARE f regprocedure;
-BEGIN
-    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
-             WHERE p.proname IN ('chunkyard_search', 'chunkyard_hybrid_search')
-               AND p.pronamespace = current_schema()::regnamespace
-               AND pg_get_function_result(p.oid) NOT LIKE '%metadata jsonb)'
-    LOOP
-        EXECUTE format('DROP FUNCTION %s', f);
-    END LOOP;
-END
-$$;
-
 -- p_whole_section, the share of a section at which a search returns it whole and a context completes it:
 -- NULL (no section rule) or above 0 and at most 1.
 CREATE OR REPLACE FUNCTION chunkyard_check_share(p_share double precision) RETURNS void
@@ -77,101 +62,61 @@ BEGIN
 END
 $$;
 
--- The rows every search returns, from its ranked chunk ids and their scores: the chunk (or its section
--- whole, chunkyard_whole_sections at p_whole_section), file, heading path, offsets, the parent section's
--- text on request and the chunk's metadata ("whole_section": true on a section), in rank order.
+-- The rows every search returns (chunkyard_hit), from its ranked chunk ids and their scores: the chunk (or its
+-- section whole, chunkyard_whole_sections at p_whole_section), file, heading path, offsets, the parent
+-- section's text on request, the chunk's metadata ("whole_section": true on a section), and what each row
+-- costs in tokens (a whole section: the tokens of its chunks) with the tokens of the rows before it, in rank
+-- order.
 CREATE OR REPLACE FUNCTION chunkyard_hits(
     p_ids             bigint[],
     p_scores          double precision[],
     p_with_parent     boolean,
     p_whole_section   double precision
 )
-RETURNS TABLE (
-    chunk_id      bigint,
-    score         double precision,
-    text          text,
-    source_uri    text,
-    heading_path  text[],
-    char_start    integer,
-    char_end      integer,
-    section_id    bigint,
-    parent_text   text,
-    metadata      jsonb
-)
+RETURNS SETOF chunkyard_hit
 LANGUAGE sql STABLE
 AS $$
     SELECT c.id, p_scores[w.rank], coalesce(w.text, c.text), d.source_uri, s.heading_path,
            coalesce(w.char_start, c.char_start), coalesce(w.char_end, c.char_end), c.section_id,
            CASE WHEN p_with_parent
                 THEN substr(d.normalized_text, s.char_start + 1, s.char_end - s.char_start) END,
-           CASE WHEN w.whole THEN c.metadata || '{"whole_section": true}' ELSE c.metadata END
+           CASE WHEN w.whole THEN c.metadata || '{"whole_section": true}' ELSE c.metadata END,
+           t.n, (sum(t.n) OVER (ORDER BY w.rank) - t.n)::bigint
     FROM chunkyard_whole_sections(p_ids, p_whole_section) w
     JOIN chunks c ON c.id = w.chunk_id
     JOIN documents d ON d.id = c.document_id
     JOIN sections s ON s.id = c.section_id
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN w.whole
+                    THEN (SELECT sum(k.token_count)::integer FROM chunks k WHERE k.section_id = c.section_id)
+                    ELSE c.token_count END AS n
+    ) t
     ORDER BY w.rank
 $$;
-
--- The versions before p_whole_section: with it defaulted, a call could match both.
-DROP FUNCTION IF EXISTS chunkyard_search(text, vector, integer, boolean);
-DROP FUNCTION IF EXISTS chunkyard_hybrid_search(text, vector, text, integer, boolean, text, double precision,
-                                                integer, integer);
 
 -- Top-k chunks of one collection by cosine similarity, with the parent section's text on request: the
 -- nearest in the collection's active embedding set (chunkyard_vector_candidates: its HNSW index, live
 -- documents only), whatever the model's dimension. A section at least p_whole_section retrieved comes back
 -- whole (chunkyard_whole_sections; its text and offsets, metadata "whole_section": true); NULL: chunks only.
+-- p_filter: the chunks searched (05_search_filter.sql; docs/search-filters.md), k of them still returned
+-- when that many pass.
 CREATE OR REPLACE FUNCTION chunkyard_search(
     p_collection      text,
     p_query           vector,
     p_k               integer DEFAULT 5,
     p_with_parent     boolean DEFAULT false,
-    p_whole_section   double precision DEFAULT 0.5
+    p_whole_section   double precision DEFAULT 0.5,
+    p_filter          jsonb DEFAULT NULL
 )
-RETURNS TABLE (
-    chunk_id      bigint,
-    score         double precision,
-    text          text,
-    source_uri    text,
-    heading_path  text[],
-    char_start    integer,
-    char_end      integer,
-    section_id    bigint,
-    parent_text   text,
-    metadata      jsonb
-)
+RETURNS SETOF chunkyard_hit
 LANGUAGE sql STABLE
 AS $$
     SELECT h.*
     FROM (SELECT array_agg(v.chunk_id ORDER BY v.dist, v.chunk_id) AS ids,
                  array_agg(1 - v.dist ORDER BY v.dist, v.chunk_id) AS scores
-          FROM chunkyard_vector_candidates(p_collection, p_query, p_k) v) t
+          FROM chunkyard_vector_candidates(p_collection, p_query, p_k, p_filter) v) t
     CROSS JOIN LATERAL chunkyard_hits(t.ids, t.scores, p_with_parent, p_whole_section) h
 $$;
-
--- Recount a collection's BM25 statistics (fts_terms, chunk count, lengths) from its rows. Triggers on chunks
--- keep them current, so this is a repair (e.g. after disabling triggers for a load), not a routine step.
-CREATE OR REPLACE FUNCTION chunkyard_refresh_fts_stats(p_collection_id bigint)
-RETURNS void
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
-    DELETE FROM fts_terms WHERE collection_id = p_collection_id;
-    INSERT INTO fts_terms (collection_id, lexeme, df)
-    SELECT p_collection_id, w.lexeme, count(*)
-    FROM chunks c CROSS JOIN LATERAL unnest(tsvector_to_array(c.tsv)) AS w(lexeme)
-    WHERE c.collection_id = p_collection_id
-    GROUP BY w.lexeme;
-    UPDATE collections col
-    SET fts_chunks = s.n, fts_len_total = coalesce(s.len, 0), fts_lexemes_total = coalesce(s.lex, 0),
-        fts_avg_len = s.len::float8 / nullif(s.n, 0)
-    FROM (SELECT count(*) AS n, sum(chunkyard_tsv_len(c.tsv)) AS len, sum(length(c.tsv)) AS lex
-          FROM chunks c WHERE c.collection_id = p_collection_id AND c.tsv <> ''::tsvector) s
-    WHERE col.id = p_collection_id;
-    UPDATE collections col
-    SET languages = coalesce((SELECT array_agg(DISTINCT c.language ORDER BY c.language) FROM chunks c
-                              WHERE c.collection_id = p_collection_id), '{en}')
-    WHERE col.id = p_collection_id;
-END;
 
 -- The lexemes of a query: the query analysed with the full-text configuration of each language the
 -- collection holds (its chunks were analysed with theirs), CJK runs as bigrams as chunks have them.
@@ -243,42 +188,55 @@ AS $$
 $$;
 
 -- Okapi BM25 over the chunks' full-text vectors (each in its language's configuration): the top p_k chunks
--- for the words of the query. IDF comes from fts_terms and the collection's stored lengths (kept current
--- by triggers), candidates from the GIN index (chunkyard_fts_candidates: every match when they are few, a
--- weighted quorum of the rarest words when they are many), ranked by BM25 with each chunk's length
--- estimated from its count of distinct words; the best 2 * p_k + 20 are scored with their exact lengths,
--- and those exact scores are returned.
--- The signature of version 2 (without p_max_candidates) would make calls ambiguous next to this one.
-DROP FUNCTION IF EXISTS chunkyard_fulltext_search(text, text, integer, double precision, double precision);
-
-CREATE OR REPLACE FUNCTION chunkyard_fulltext_search(
+-- for the words of the query, as (chunk_id, score). IDF comes from fts_terms and the collection's stored
+-- lengths (kept current by triggers), candidates from the GIN index (chunkyard_fts_candidates: every match
+-- when they are few, a weighted quorum of the rarest words when they are many), ranked by BM25 with each
+-- chunk's length estimated from its count of distinct words; the best 2 * p_k + 20 are scored with their
+-- exact lengths, and those exact scores are returned. The ranking of chunkyard_fulltext_search and of the
+-- full-text half of chunkyard_hybrid_search.
+-- p_filter (05_search_filter.sql): candidates pass it. The quorum's budget grows as the share of the
+-- collection the filter's documents hold shrinks (every match is scored when they hold at most 4000 chunks);
+-- a filter on language or metadata alone keeps the budget, so a rare match may be missed.
+CREATE OR REPLACE FUNCTION chunkyard_bm25(
     p_collection      text,
     p_query_text      text,
     p_k               integer DEFAULT 5,
     p_k1              double precision DEFAULT 1.2,
     p_b               double precision DEFAULT 0.75,
-    p_max_candidates  integer DEFAULT 1000
+    p_max_candidates  integer DEFAULT 1000,
+    p_filter          jsonb DEFAULT NULL
 )
 RETURNS TABLE (chunk_id bigint, score double precision)
 LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_coll   bigint;
-    v_n      float8;
-    v_avgdl  float8;
-    v_ratio  float8;
-    v_terms  text[];
-    v_idf    float8[];
-    v_df     float8[];
-    v_query  tsquery;
-    v_langs  text[];
+    v_coll    bigint;
+    v_n       float8;
+    v_avgdl   float8;
+    v_ratio   float8;
+    v_terms   text[];
+    v_idf     float8[];
+    v_df      float8[];
+    v_query   tsquery;
+    v_langs   text[];
+    v_budget  float8 := p_max_candidates;
+    f         record;
 BEGIN
     SELECT c.id, c.fts_chunks, c.fts_avg_len, c.fts_len_total::float8 / nullif(c.fts_lexemes_total, 0), c.languages
     INTO v_coll, v_n, v_avgdl, v_ratio, v_langs
     FROM collections c WHERE c.name = p_collection;
     IF coalesce(v_n, 0) = 0 THEN
         RETURN;
+    END IF;
+    SELECT * INTO f FROM chunkyard_search_filter(v_coll, p_filter);
+    IF f.chunks = 0 THEN
+        RETURN;
+    END IF;
+    IF f.chunks <= 4000 THEN
+        v_budget := 'Infinity';
+    ELSIF f.chunks IS NOT NULL THEN
+        v_budget := p_max_candidates * v_n / f.chunks;
     END IF;
     SELECT array_agg(t.lexeme ORDER BY t.df, t.lexeme),
            array_agg(ln(1 + (greatest(v_n, t.df) - t.df + 0.5) / (t.df + 0.5)) ORDER BY t.df, t.lexeme),
@@ -290,7 +248,7 @@ BEGIN
     IF v_terms IS NULL THEN
         RETURN;
     END IF;
-    v_query := chunkyard_fts_candidates(v_terms, v_idf, v_df, v_n, p_max_candidates);
+    v_query := chunkyard_fts_candidates(v_terms, v_idf, v_df, v_n, least(v_budget, 2147483647)::integer);
     RETURN QUERY
     WITH q AS (
         SELECT u.w, u.idf FROM unnest(v_terms, v_idf) AS u(w, idf)
@@ -307,11 +265,17 @@ BEGIN
         -- "+ 0": the GIN index finds the candidates, never a scan of the collection's rows (a generic plan
         -- cannot tell a large collection from a small one)
         WHERE c.collection_id + 0 = v_coll AND c.tsv @@ v_query
+          AND (f.documents IS NULL OR c.document_id = ANY (f.documents))
         ORDER BY s DESC, c.id
     ),
-    live AS (  -- the best of them whose document is not soft-deleted
+    live AS (  -- the best of them whose document is not soft-deleted (and that pass the filter)
         SELECT cand.id, cand.tsv FROM cand
-        WHERE (SELECT d.deleted_at FROM documents d WHERE d.id = cand.document_id) IS NULL
+        WHERE CASE WHEN f.filtered
+                   THEN EXISTS (SELECT 1 FROM chunks k JOIN documents d ON d.id = k.document_id
+                                WHERE k.id = cand.id
+                                  AND chunkyard_filter_admits(k.document_id, k.language, k.metadata, d.metadata,
+                                                              d.deleted_at, f.documents, f.languages, f.metadata))
+                   ELSE (SELECT d.deleted_at FROM documents d WHERE d.id = cand.document_id) IS NULL END
         LIMIT 2 * p_k + 20
     ),
     exact AS (
@@ -329,6 +293,31 @@ BEGIN
     ORDER BY e.score DESC, e.id
     LIMIT p_k;
 END
+$$;
+
+-- BM25 full-text search (chunkyard_bm25) with the rows of every search: the top p_k chunks for the words of
+-- the query, any language the collection holds. p_whole_section is NULL (chunks only) by default here, so
+-- that a caller reading the ranking (ids and scores, as before schema version 14) gets every chunk; 0.5
+-- returns sections mostly retrieved whole, as the other searches do by default.
+CREATE OR REPLACE FUNCTION chunkyard_fulltext_search(
+    p_collection      text,
+    p_query_text      text,
+    p_k               integer DEFAULT 5,
+    p_k1              double precision DEFAULT 1.2,
+    p_b               double precision DEFAULT 0.75,
+    p_max_candidates  integer DEFAULT 1000,
+    p_with_parent     boolean DEFAULT false,
+    p_whole_section   double precision DEFAULT NULL,
+    p_filter          jsonb DEFAULT NULL
+)
+RETURNS SETOF chunkyard_hit
+LANGUAGE sql STABLE
+AS $$
+    SELECT h.*
+    FROM (SELECT array_agg(f.chunk_id ORDER BY f.score DESC, f.chunk_id) AS ids,
+                 array_agg(f.score ORDER BY f.score DESC, f.chunk_id) AS scores
+          FROM chunkyard_bm25(p_collection, p_query_text, p_k, p_k1, p_b, p_max_candidates, p_filter) f) t
+    CROSS JOIN LATERAL chunkyard_hits(t.ids, t.scores, p_with_parent, p_whole_section) h
 $$;
 
 -- The weight of the vector half of hybrid search by default (p_fusion 'auto') for a query whose candidates
@@ -363,9 +352,7 @@ RETURN (SELECT CASE WHEN 2 * count(*) FILTER (WHERE c.language <> '' AND NOT (c.
 -- even mix fell 5.4 below full text on Russian; z-score and distribution-based scaling, RRF and per-query
 -- weights from the two lists' agreement, peaks or the query's word coverage each fell further below a half
 -- on some set.
--- The signature of version 1 (RRF over ts_rank) would make calls ambiguous next to this one.
-DROP FUNCTION IF EXISTS chunkyard_hybrid_search(text, vector, text, integer, boolean, integer, integer);
-
+-- p_filter (05_search_filter.sql): both halves search the chunks that pass it.
 CREATE OR REPLACE FUNCTION chunkyard_hybrid_search(
     p_collection      text,
     p_query           vector,
@@ -376,23 +363,12 @@ CREATE OR REPLACE FUNCTION chunkyard_hybrid_search(
     p_alpha           double precision DEFAULT 0.5,
     p_rrf_k           integer DEFAULT 60,
     p_candidates      integer DEFAULT 50,
-    p_whole_section   double precision DEFAULT 0.5
+    p_whole_section   double precision DEFAULT 0.5,
+    p_filter          jsonb DEFAULT NULL
 )
-RETURNS TABLE (
-    chunk_id      bigint,
-    score         double precision,
-    text          text,
-    source_uri    text,
-    heading_path  text[],
-    char_start    integer,
-    char_end      integer,
-    section_id    bigint,
-    parent_text   text,
-    metadata      jsonb
-)
+RETURNS SETOF chunkyard_hit
 LANGUAGE plpgsql STABLE
 AS $$
-#variable_conflict use_column
 BEGIN
     IF p_fusion IS NULL OR p_fusion NOT IN ('auto', 'convex', 'rrf') THEN
         RAISE EXCEPTION 'chunkyard_hybrid_search: p_fusion must be ''auto'', ''convex'' or ''rrf'', not %', quote_nullable(p_fusion)
@@ -405,11 +381,11 @@ BEGIN
     RETURN QUERY
     WITH vec AS (
         SELECT v.chunk_id AS id, 1 - v.dist AS sim, row_number() OVER (ORDER BY v.dist, v.chunk_id) AS r
-        FROM chunkyard_vector_candidates(p_collection, p_query, p_candidates) v
+        FROM chunkyard_vector_candidates(p_collection, p_query, p_candidates, p_filter) v
     ),
     fts AS (
         SELECT f.chunk_id AS id, f.score AS bm25, row_number() OVER (ORDER BY f.score DESC, f.chunk_id) AS r
-        FROM chunkyard_fulltext_search(p_collection, p_query_text, p_candidates) f
+        FROM chunkyard_bm25(p_collection, p_query_text, p_candidates, p_filter => p_filter) f
     ),
     cand AS (
         SELECT u.id, max(u.vr) AS vr, max(u.fr) AS fr, max(u.bm25) AS bm25
@@ -474,26 +450,13 @@ CREATE OR REPLACE FUNCTION chunkyard_context(
     p_whole_section   double precision DEFAULT 0.5,
     p_with_parent     boolean DEFAULT false
 )
-RETURNS TABLE (
-    chunk_id      bigint,
-    score         double precision,
-    text          text,
-    source_uri    text,
-    heading_path  text[],
-    char_start    integer,
-    char_end      integer,
-    section_id    bigint,
-    parent_text   text,
-    metadata      jsonb,
-    tokens        integer,
-    tokens_before bigint
-)
+RETURNS SETOF chunkyard_hit
 LANGUAGE plpgsql STABLE
 AS $$
-#variable_conflict use_column
 DECLARE
     v_read   bigint[] := '{}';   -- chunk ids in reading order
     v_rank   integer[] := '{}';  -- their rank in p_ids; NULL for a chunk read to complete its section
+    v_scores float8[] := '{}';   -- their scores (p_scores at their rank)
     v_secs   bigint[] := '{}';   -- sections met so far, with the characters of theirs read (v_cov)
     v_cov    float8[] := '{}';
     v_spent  bigint := 0;
@@ -517,6 +480,7 @@ BEGIN
         CONTINUE WHEN r.id = ANY (v_read);
         v_read := v_read || r.id;
         v_rank := v_rank || r.ord;
+        v_scores := v_scores || p_scores[r.ord];
         v_spent := v_spent + r.n;
         CONTINUE WHEN p_whole_section IS NULL;
         v_at := array_position(v_secs, r.sec);
@@ -536,25 +500,21 @@ BEGIN
             LOOP
                 v_read := v_read || c.id;
                 v_rank := v_rank || NULL::integer;
+                v_scores := v_scores || NULL::float8;
                 v_spent := v_spent + c.n;
             END LOOP;
         END IF;
     END LOOP;
-    -- the rows every search returns (chunkyard_hits, each chunk as itself), with what they cost
+    -- the rows every search returns (chunkyard_hits, each chunk as itself, with what it costs)
     RETURN QUERY
-    SELECT x.chunk_id, x.score, x.text, x.source_uri, x.heading_path, x.char_start, x.char_end, x.section_id,
-           x.parent_text, x.metadata, x.tokens, x.tokens_before
-    FROM (SELECT h.chunk_id, o.pos, p_scores[o.rk] AS score, h.text, h.source_uri, h.heading_path,
-                 h.char_start, h.char_end, h.section_id, h.parent_text,
-                 CASE WHEN o.rk IS NULL THEN h.metadata || '{"completes_section": true}' ELSE h.metadata END
-                     AS metadata,
-                 ch.token_count AS tokens,
-                 sum(ch.token_count) OVER (ORDER BY o.pos) - ch.token_count AS tokens_before
-          FROM unnest(v_read, v_rank) WITH ORDINALITY AS o(id, rk, pos)
-          JOIN chunkyard_hits(v_read, NULL, p_with_parent, NULL) h ON h.chunk_id = o.id
-          JOIN chunks ch ON ch.id = o.id) x
+    SELECT h.chunk_id, h.score, h.text, h.source_uri, h.heading_path, h.char_start, h.char_end, h.section_id,
+           h.parent_text,
+           CASE WHEN o.rk IS NULL THEN h.metadata || '{"completes_section": true}' ELSE h.metadata END,
+           h.tokens, h.tokens_before
+    FROM unnest(v_read, v_rank) WITH ORDINALITY AS o(id, rk, pos)
+    JOIN chunkyard_hits(v_read, v_scores, p_with_parent, NULL) h ON h.chunk_id = o.id
     -- a section completed near the end of the budget is read only until the budget is spent
-    WHERE p_budget IS NULL OR x.tokens_before < p_budget
-    ORDER BY x.pos;
+    WHERE p_budget IS NULL OR h.tokens_before < p_budget
+    ORDER BY o.pos;
 END
 $$;
