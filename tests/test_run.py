@@ -202,3 +202,20 @@ def test_a_file_is_read_and_hashed_once_on_its_way_in(folder, settings, monkeypa
     # one read per file: unchanged (resume), changed (resume, handed to its batch), new (its batch)
     assert dict(reads) == {"0-pelicans.md": 1, "1-walruses.md": 1, "2-otters.md": 1, "3-herons.md": 1}
     assert hashes[(folder / "1-walruses.md").read_bytes()] == 1  # by resume, not again by its batch
+
+
+def test_past_the_carry_budget_a_changed_file_is_read_again_by_its_batch(folder, settings, monkeypatch):
+    run_ingest([folder], settings=settings)
+    (folder / "1-walruses.md").write_text("# Walruses\n\nA longer note about walruses, edited.\n")
+    reads: Counter[str] = Counter()
+    real_open = sources._open_checked
+
+    def counting_open(src):
+        reads[src.path.name] += 1
+        return real_open(src)
+
+    monkeypatch.setattr(sources, "_open_checked", counting_open)
+    monkeypatch.setattr(run_module, "CARRY_BYTES", 0)  # nothing read is held for the batches
+    stats, _, status = run_ingest([folder], settings=settings)
+    assert status is RunStatus.COMPLETED and stats.counts["documents_changed"] == 1
+    assert dict(reads) == {"0-pelicans.md": 1, "1-walruses.md": 2, "2-otters.md": 1}
