@@ -12,7 +12,7 @@ from prefect.states import Failed, State
 
 from pipeline import stages
 from pipeline.errors import ChunkyardError
-from pipeline.executor import ATTEMPTS, RETRY_DELAYS, Batch, BatchResult, attempt, carried, is_transient
+from pipeline.executor import ATTEMPTS, RETRY_DELAYS, BatchFiles, BatchResult, attempt, carried, is_transient
 from pipeline.model import Progress, RunContext, Stats
 from pipeline.requests import BATCH_BYTES, CollectionName
 from pipeline.run import RunResult
@@ -79,7 +79,7 @@ class PrefectExecutor:
     live_progress = False  # tasks may run in other processes: progress is reported as results arrive
 
     def batches(
-        self, ctx: RunContext, batches: Sequence[Batch], progress: Progress, read: Mapping[str, Read]
+        self, ctx: RunContext, batches: Sequence[BatchFiles], progress: Progress, read: Mapping[str, Read]
     ) -> Iterator[BatchResult]:
         futures = {}
         for b in batches:

@@ -23,9 +23,9 @@ from pipeline.stages import Read
 log = logging.getLogger(__name__)
 
 #: The files one batch (one task) ingests.
-Batch = list[SourceFile]
+BatchFiles = list[SourceFile]
 #: A batch and what came of it: its tally, or the exception that lost it for good.
-BatchResult = tuple[Batch, "Stats | BaseException"]
+BatchResult = tuple[BatchFiles, "Stats | BaseException"]
 
 # ---------------------------------------------------------------------------------- retry policy
 
@@ -111,7 +111,7 @@ class Executor(Protocol):
     live_progress: bool
 
     def batches(
-        self, ctx: RunContext, batches: Sequence[Batch], progress: Progress, read: Mapping[str, Read]
+        self, ctx: RunContext, batches: Sequence[BatchFiles], progress: Progress, read: Mapping[str, Read]
     ) -> Iterator[BatchResult]:
         """Run each batch; `read`: what resume read (by uri), handed to the batch that holds the file."""
         ...
@@ -130,7 +130,7 @@ class Serial:
     live_progress = True
 
     def batches(
-        self, ctx: RunContext, batches: Sequence[Batch], progress: Progress, read: Mapping[str, Read]
+        self, ctx: RunContext, batches: Sequence[BatchFiles], progress: Progress, read: Mapping[str, Read]
     ) -> Iterator[BatchResult]:
         for b in batches:
             data = carried(b, read)

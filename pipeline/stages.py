@@ -109,8 +109,8 @@ def ingest_batch(
     *,
     read: Mapping[str, Read] | None = None,
 ) -> Stats:
-    """Ingest one batch of files: a bad file is recorded and the batch goes on with the rest. `read`: the
-    bytes resume already read of some of them (by uri), found changed under this run's lock: not read again."""
+    """Ingest one batch of files: a bad file is recorded and the batch goes on with the rest. `read`: what
+    resume read of some of them (bytes and sha256, by uri), found changed under this run's lock: not read again."""
     stats = Stats()
     if not files:
         return stats
