@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import Annotated, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
-import psycopg
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from prefect.states import Failed, State
-from pydantic import Field
 
 from pipeline import stages
-from pipeline.errors import ChunkyardError, TransientError
+from pipeline.errors import ChunkyardError
+from pipeline.executor import ATTEMPTS, RETRY_DELAYS, BatchFiles, BatchResult, attempt, carried, is_transient
 from pipeline.model import Progress, RunContext, Stats
-from pipeline.run import BatchResult, RunResult
+from pipeline.requests import BATCH_BYTES, CollectionName
+from pipeline.run import RunResult
+from pipeline.sources import SourceFile
+from pipeline.stages import Read
 
-#: A collection name as a flow parameter.
-CollectionName = Annotated[str, Field(min_length=1, max_length=200)]
-
-#: Retry waits for a transient failure (connection lost, timeout, serialization conflict).
-RETRY_DELAYS = [1, 5, 15]
+__all__ = [
+    "BATCH_BYTES",
+    "CollectionName",
+    "PrefectExecutor",
+    "RunFailed",
+    "TASK_OPTIONS",
+    "finish",
+    "outcome",
+]
 
 
 class RunFailed(ChunkyardError):
@@ -35,13 +41,8 @@ class RunFailed(ChunkyardError):
         return str(self.args[0])
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Worth retrying: a lost connection, a timeout, a serialization conflict; never a bad file or a bug."""
-    return isinstance(exc, TransientError | psycopg.OperationalError | TimeoutError | ConnectionError)
-
-
 def retry_transient(task: Any, task_run: Any, state: State) -> bool:
-    """Prefect's retry condition: retry only transient failures."""
+    """Prefect's retry condition: the retry policy's (`pipeline.executor.is_transient`)."""
     try:
         state.result()
     except Exception as exc:
@@ -49,25 +50,27 @@ def retry_transient(task: Any, task_run: Any, state: State) -> bool:
     return False
 
 
-#: Every task: no result caching (each call does real work), retries only for transient failures.
+#: Every task: no result caching (each call does real work); the retry policy of `pipeline.executor`
+#: (its attempts, delays and exceptions; the task body waits for the database before a retry).
 TASK_OPTIONS: dict = dict(
     cache_policy=NO_CACHE,
-    retries=len(RETRY_DELAYS),
-    retry_delay_seconds=RETRY_DELAYS,
+    retries=ATTEMPTS - 1,
+    retry_delay_seconds=list(RETRY_DELAYS),
     retry_condition_fn=retry_transient,
 )
 
 
 @task(name="ingest-batch", **TASK_OPTIONS)
-def ingest_batch_task(ctx: RunContext, paths: list[str]) -> dict:
-    """One batch of files through load..store (one transaction per document); stats as JSON."""
-    return stages.ingest_batch(ctx, paths).to_json()
+def ingest_batch_task(ctx: RunContext, files: list[SourceFile], read: dict[str, Read] | None = None) -> dict:
+    """One batch of files through load..store (one transaction per document); stats as JSON. `read`: what
+    resume read of its files already."""
+    return attempt(ctx, lambda: stages.ingest_batch(ctx, files, read=read)).to_json()
 
 
 @task(name="step", **TASK_OPTIONS)
 def step_task(fn: Callable[..., Stats], ctx: RunContext, args: list) -> dict:
-    """A step of a run that is not a batch (prune), with the same retry rule."""
-    return fn(ctx, *args).to_json()
+    """A step of a run that is not a batch (prune), with the same retry policy."""
+    return attempt(ctx, lambda: fn(ctx, *args)).to_json()
 
 
 class PrefectExecutor:
@@ -76,11 +79,11 @@ class PrefectExecutor:
     live_progress = False  # tasks may run in other processes: progress is reported as results arrive
 
     def batches(
-        self, ctx: RunContext, batches: Sequence[list[str]], progress: Progress
+        self, ctx: RunContext, batches: Sequence[BatchFiles], progress: Progress, read: Mapping[str, Read]
     ) -> Iterator[BatchResult]:
         futures = {}
         for b in batches:
-            f = ingest_batch_task.submit(ctx, b)
+            f = ingest_batch_task.submit(ctx, b, carried(b, read))
             futures[f.task_run_id] = (f, b)
         for f in as_completed([f for f, _ in futures.values()]):
             _, batch = futures[f.task_run_id]

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from prefect import flow
 from prefect.states import State
-from pydantic import Field
 
-from flows.common import CollectionName, PrefectExecutor, finish
+from flows.common import PrefectExecutor, finish
 from flows.runners import settings_task_runner
 from pipeline.config import Profile
 from pipeline.ingest import run_model_switch, run_reindex
-from pipeline.run import BATCH_BYTES
+from pipeline.requests import (
+    BATCH_BYTES,
+    BatchBytes,
+    CollectionName,
+    FilesPerBatch,
+    ModelSwitchRequest,
+    ReindexRequest,
+)
 
 
 @flow(
@@ -21,22 +25,17 @@ from pipeline.run import BATCH_BYTES
 def reindex_flow(
     collection: CollectionName,
     profile: Profile | None = None,
-    files_per_batch: Annotated[int, Field(ge=1)] | None = None,
-    batch_bytes: Annotated[int, Field(ge=1024)] | None = BATCH_BYTES,
+    files_per_batch: FilesPerBatch = None,
+    batch_bytes: BatchBytes = BATCH_BYTES,
     model: str | None = None,
     dry_run: bool = False,
 ) -> dict | State:
     """Re-read a collection's source files and redo what the new profile changes; or, given a model, embed
     its chunks with that model into a new set and switch search to it when complete (no downtime)."""
-    if model is not None:
-        return finish(
-            run_model_switch(collection, model, dry_run=dry_run, executor=PrefectExecutor()), collection
-        )
-    result = run_reindex(
-        collection,
-        profile=profile,
-        files_per_batch=files_per_batch,
-        batch_bytes=batch_bytes,
-        executor=PrefectExecutor(),
+    if model is not None:  # a model switch keeps the chunks: the profile and batching do not apply
+        switch = ModelSwitchRequest(collection=collection, model=model, dry_run=dry_run)
+        return finish(run_model_switch(switch, executor=PrefectExecutor()), collection)
+    request = ReindexRequest(
+        collection=collection, profile=profile, files_per_batch=files_per_batch, batch_bytes=batch_bytes
     )
-    return finish(result, collection)
+    return finish(run_reindex(request, executor=PrefectExecutor()), collection)

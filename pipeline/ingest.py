@@ -8,106 +8,110 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, TypeVar
 
 from pipeline import db, store
 from pipeline.config import Profile, Settings, profile_from_dict
 from pipeline.embed import key_for
 from pipeline.errors import ConfigError
-from pipeline.model import Progress, RunKind, Stage, Stats
-from pipeline.run import BATCH_BYTES, Executor, Run, RunResult
+from pipeline.executor import Executor
+from pipeline.model import Progress, Stage, Stats
+from pipeline.requests import (
+    BackfillRequest,
+    IngestRequest,
+    ModelSwitchRequest,
+    PruneRequest,
+    ReindexRequest,
+    RunRequest,
+)
+from pipeline.run import Run, RunResult
 from pipeline.sources import (
+    SourceFile,
     UnlistedFolder,
     discover,
     expand_sources,
     filter_modified,
-    read_folders,
     source_uri,
+    typed,
     uri_path,
 )
 
+R = TypeVar("R", bound=RunRequest)
+
+
+def asked(cls: type[R], given: R | object, first: str, fields: dict[str, Any]) -> R:
+    """The request a run_* function was given, or the one its first argument (the field `first`) and keyword
+    fields make: `run_ingest(["docs"], collection="d")` is `run_ingest(IngestRequest(paths=["docs"], ...))`."""
+    if not isinstance(given, cls):
+        return cls(**{first: given}, **fields)
+    if fields:
+        raise TypeError(f"give a {cls.__name__} or its fields, not both ({', '.join(sorted(fields))})")
+    return given
+
 
 def run_ingest(
-    paths: Sequence[str | Path],
+    request: IngestRequest | Sequence[str | Path],
     *,
     settings: Settings | None = None,
-    collection: str | None = None,
-    profile: Profile | None = None,
-    dry_run: bool = False,
-    prune: bool = True,
-    soft_delete: bool = False,
-    files_per_batch: int | None = None,
-    batch_bytes: int | None = BATCH_BYTES,
     executor: Executor | None = None,
     progress: Progress | None = None,
-    model_limit: int | None = None,
-    kind: RunKind = RunKind.INGEST,
-    flow: str | None = None,
-    follow_external_links: bool | None = None,
+    **fields: Any,
 ) -> RunResult:
     """Ingest files and folders into one collection; files gone from the folders are pruned."""
     settings = settings or Settings()
-    require_some(paths)
-    follow = settings.follow_external_links if follow_external_links is None else follow_external_links
-    files, found, roots = discover_files(paths, follow_external_links=follow)
-    params = {"paths": [str(p) for p in paths], "dry_run": dry_run} | ({"flow": flow} if flow else {})
-    folders = read_folders(paths, follow_external_links=follow)
-    opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress, folders)
-    begin = dict(dry_run=dry_run, model_limit=model_limit)
-    return _ingest(settings, settings.collection if collection is None else collection, profile or Profile(), kind, params, found, files,
-                   roots if prune else None, soft_delete, opts, begin)  # fmt: skip
+    req = asked(IngestRequest, request, "paths", fields)
+    require_some(req.paths)
+    follow = (
+        settings.follow_external_links if req.follow_external_links is None else req.follow_external_links
+    )
+    files, found, roots = discover_files(req.paths, follow_external_links=follow)
+    return _ingest(
+        req, settings, found, files, roots if req.prune else None, req.soft_delete, executor, progress
+    )
 
 
 def run_backfill(
-    sources: Sequence[str],
+    request: BackfillRequest | Sequence[str],
     *,
     settings: Settings | None = None,
-    collection: str = "default",
-    profile: Profile | None = None,
-    modified_since: datetime | None = None,
-    modified_until: datetime | None = None,
-    prune: bool = False,
-    soft_delete: bool = False,
-    files_per_batch: int | None = None,
-    batch_bytes: int | None = BATCH_BYTES,
     executor: Executor | None = None,
     progress: Progress | None = None,
-    follow_external_links: bool | None = None,
+    **fields: Any,
 ) -> RunResult:
     """Ingest many sources (globs, a modification-date range); rerun after an interruption to finish."""
     settings = settings or Settings()
-    has_glob = any(c in s for s in sources for c in "*?[")
-    if prune and (has_glob or modified_since or modified_until):
+    req = asked(BackfillRequest, request, "sources", fields)
+    since, until = req.modified_since, req.modified_until
+    has_glob = any(c in s for s in req.sources for c in "*?[")
+    if req.prune and (has_glob or since or until):
         raise ConfigError("prune needs plain folders: with a glob or a date range, unseen files are not gone")
-    if modified_since and modified_until and modified_since >= modified_until:
+    if since and until and since >= until:
         raise ConfigError("modified_since must be before modified_until")
-    paths, missing = expand_sources(sources)
+    paths, missing = expand_sources(req.sources)
     if not paths:
         raise ConfigError("nothing to ingest: " + "; ".join(f"{e.source}: {e.reason}" for e in missing))
     require_some(paths)
-    follow = settings.follow_external_links if follow_external_links is None else follow_external_links
+    follow = (
+        settings.follow_external_links if req.follow_external_links is None else req.follow_external_links
+    )
     files, pre, roots = discover_files(paths, follow_external_links=follow)
     for e in missing:
         pre.fail(e.source, Stage.DISCOVER, e.reason)
-    files = filter_modified(files, since=modified_since, until=modified_until)
-    params = {"sources": list(sources), "modified_since": modified_since, "modified_until": modified_until}
-    folders = read_folders(paths, follow_external_links=follow)
-    opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress, folders)
-    return _ingest(settings, collection, profile or Profile(), RunKind.BACKFILL, params | {"flow": "backfill"},
-                   pre, files, roots if prune else None, soft_delete, opts)  # fmt: skip
+    kept = set(filter_modified([str(f.path) for f in files], since=since, until=until))
+    files = [f for f in files if str(f.path) in kept]
+    return _ingest(
+        req, settings, pre, files, roots if req.prune else None, req.soft_delete, executor, progress
+    )
 
 
 def run_reindex(
-    collection: str,
+    request: ReindexRequest | str,
     *,
     settings: Settings | None = None,
-    profile: Profile | None = None,
-    files_per_batch: int | None = None,
-    batch_bytes: int | None = BATCH_BYTES,
     executor: Executor | None = None,
     progress: Progress | None = None,
+    **fields: Any,
 ) -> RunResult:
     """Re-read a collection's source files and redo what a new profile or model changes.
 
@@ -115,8 +119,10 @@ def run_reindex(
     chunk whose text is unchanged takes its embedding from the cache. Without a profile, the stored one.
     """
     settings = settings or Settings()
+    req = asked(ReindexRequest, request, "collection", fields)
+    collection = req.collection
     stored, uris = collection_sources(settings, collection)
-    files, pre = [], Stats()
+    paths, pre = [], Stats()
     for uri in uris:
         path = uri_path(uri)
         if path is None:
@@ -124,80 +130,61 @@ def run_reindex(
         elif not os.path.lexists(path):
             why = f"source file is gone (`chunkyard prune -c {collection}` removes its rows)"
         else:
-            files.append(str(path))
+            paths.append(path)
             continue
         pre.seen.add(uri)
         pre.counts["documents_seen"] += 1
         pre.fail(uri, Stage.LOAD, why)
-    params = {"collection": collection, "profile_given": profile is not None, "flow": "reindex"}
-    opts = Options(files_per_batch or settings.files_per_batch, batch_bytes, executor, progress)
-    return _ingest(
-        settings, collection, profile or stored, RunKind.REINDEX, params, pre, files, None, False, opts
-    )
+    files, skipped = typed(paths)  # the stored files as sources again (no folder: none was given)
+    for s in skipped:
+        pre.skip(s.uri, s.reason)
+        pre.seen.add(s.uri)
+    return _ingest(req, settings, pre, files, None, False, executor, progress, profile=stored)
 
 
 def run_model_switch(
-    collection: str,
-    model: str,
+    request: ModelSwitchRequest | str,
+    model: str | None = None,
     *,
     settings: Settings | None = None,
-    dry_run: bool = False,
     executor: Executor | None = None,
     progress: Progress | None = None,
-    batch: int = 256,
+    **fields: Any,
 ) -> RunResult:
     """Move a collection to another embedding model without downtime: its chunks are embedded into a new
     set while search reads the old one, which the new one replaces in one transaction when complete. The
     backend is this machine's (CHUNKYARD_EMBED_BACKEND); a dry run counts the vectors needed and cached."""
     settings = settings or Settings()
-    key = str(key_for(settings, model))
-    stored, _ = collection_sources(settings, collection)
-    params = {"collection": collection, "model": key, "flow": "reindex"}
-    with Run.begin(
-        settings=settings, collection=collection, profile=stored, kind=RunKind.REINDEX, params=params,
-        dry_run=dry_run, executor=executor, progress=progress, switching_model=True,
-    ) as run:  # fmt: skip
-        run.switch_model(key, batch=batch)
+    req = asked(
+        ModelSwitchRequest, request, "collection", fields if model is None else fields | {"model": model}
+    )
+    key = str(key_for(settings, req.model))
+    stored, _ = collection_sources(settings, req.collection)
+    req = req.model_copy(update={"model": key})  # the ledger names the key (model + backend)
+    with Run.begin(req, settings=settings, executor=executor, progress=progress, profile=stored) as run:
+        run.switch_model(key, batch=req.batch)
         return run.finish()
 
 
-class Options(NamedTuple):
-    """How a run's files are batched and run, and where its progress goes."""
-
-    files_per_batch: int
-    batch_bytes: int | None
-    executor: Executor | None
-    progress: Progress | None
-    roots: Sequence[str] = ()  # the folders given: reads of files found under them never leave them
-
-
 def _ingest(
+    req: IngestRequest | BackfillRequest | ReindexRequest,
     settings: Settings,
-    collection: str,
-    profile: Profile,
-    kind: RunKind,
-    params: dict,
     pre: Stats,
-    files: list[str],
+    files: list[SourceFile],
     prune_roots: list[str] | None,
     soft_delete: bool,
-    opts: Options,
-    begin: dict | None = None,
+    executor: Executor | None,
+    progress: Progress | None,
+    *,
+    profile: Profile | None = None,
 ) -> RunResult:
     """The body every ingesting run shares: begin, record discovery, batches, prune, finish."""
-    with Run.begin(
-        settings=settings,
-        collection=collection,
-        profile=profile,
-        kind=kind,
-        params=params,
-        executor=opts.executor,
-        progress=opts.progress,
-        **(begin or {}),
-    ) as run:
+    with Run.begin(req, settings=settings, executor=executor, progress=progress, profile=profile) as run:
         run.add(pre, recorded=False)
         run.ingest(
-            files, files_per_batch=opts.files_per_batch, batch_bytes=opts.batch_bytes, roots=opts.roots
+            files,
+            files_per_batch=req.files_per_batch or settings.files_per_batch,
+            batch_bytes=req.batch_bytes,
         )
         if prune_roots is not None:
             run.prune_missing(prune_roots, soft=soft_delete)
@@ -205,28 +192,20 @@ def _ingest(
 
 
 def run_prune(
-    collection: str,
+    request: PruneRequest | str,
     *,
     settings: Settings | None = None,
-    paths: Sequence[str] = (),
-    soft: bool = False,
     executor: Executor | None = None,
     progress: Progress | None = None,
+    **fields: Any,
 ) -> RunResult:
     """Check every live document's source file (only under `paths` when given); drop the vanished ones."""
     settings = settings or Settings()
-    profile, _ = collection_sources(settings, collection)
-    roots = [source_uri(Path(p).expanduser()) for p in paths]
-    with Run.begin(
-        settings=settings,
-        collection=collection,
-        profile=profile,
-        kind=RunKind.PRUNE,
-        params={"paths": list(paths), "soft": soft, "flow": "prune"},
-        executor=executor,
-        progress=progress,
-    ) as run:
-        run.prune_vanished(roots, soft=soft)
+    req = asked(PruneRequest, request, "collection", fields)
+    profile, _ = collection_sources(settings, req.collection)
+    roots = [source_uri(Path(p).expanduser()) for p in req.paths]
+    with Run.begin(req, settings=settings, executor=executor, progress=progress, profile=profile) as run:
+        run.prune_vanished(roots, soft=req.soft)
         return run.finish()
 
 
@@ -239,7 +218,7 @@ def require_some(paths: Sequence[str | Path]) -> None:
 
 def discover_files(
     paths: Sequence[str | Path], *, follow_external_links: bool = False
-) -> tuple[list[str], Stats, list[str]]:
+) -> tuple[list[SourceFile], Stats, list[str]]:
     """Supported files under the paths, the discovery tally (skipped, missing) and the prune roots."""
     stats = Stats()
     files, skipped, errors = discover(paths, follow_external_links=follow_external_links)
@@ -252,7 +231,7 @@ def discover_files(
         if not s.forget:  # a link out of the folder is not seen: a prune removes rows read through it
             stats.seen.add(s.uri)
     roots = [source_uri(Path(p).expanduser()) for p in paths if Path(p).expanduser().exists()]
-    return [str(f.path) for f in files], stats, roots
+    return files, stats, roots
 
 
 def collection_sources(settings: Settings, collection: str) -> tuple[Profile, list[str]]:

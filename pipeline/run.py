@@ -1,9 +1,10 @@
-"""A run's life cycle, in one place: begin, resume, batches, prune, finish or abort.
+"""A run's life cycle, in one place: begin (from a request), resume, batches, prune, finish or abort.
 
 Every way of running goes through `Run`: `pipeline.ingest` (the CLI without Prefect, tests, benchmarks,
-evaluation), and the Prefect flows, which pass an executor that turns each batch into a task. The batch
-work itself is `stages.ingest_batch`, the same function in both cases. Progress goes to a reporter
-passed in (or set for a block of code with `reporting`), never to a module-global hook.
+evaluation), and the Prefect flows, which pass an executor that turns each batch into a task (executors
+and the retry policy: `pipeline.executor`). The batch work itself is `stages.ingest_batch`, the same
+function in both cases. Progress goes to a reporter passed in (or set for a block of code with
+`reporting`), never to a module-global hook.
 """
 
 from __future__ import annotations
@@ -15,39 +16,35 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple
 
 import psycopg
 
-from pipeline import db, stages, store
+from pipeline import db, store
 from pipeline.config import Profile, Settings, check_collection_name
 from pipeline.embed import EmbeddingKey, key_for, model_dim, model_languages
-from pipeline.errors import ConfigError, DatabaseUnavailable, TransientError
+from pipeline.errors import ConfigError, TransientError
+from pipeline.executor import Executor, Serial, first_line, wait_for_database
+from pipeline.lock import take_lock
 from pipeline.model import (
     Collection,
     ErrorRecord,
     NoProgress,
     Progress,
     RunContext,
-    RunKind,
     RunStatus,
     Stage,
     Stats,
+    sha256,
 )
-from pipeline.sources import (
-    cut_batches,
-    read_bytes,
-    source_uri,
-    typed,
-    uri_path,
-)
-from pipeline.stages import is_unchanged, router_for
+from pipeline.prune import prune_missing, prune_vanished
+from pipeline.requests import RunRequest
+from pipeline.sources import SourceFile, cut_batches, read_bytes
+from pipeline.stages import Read, is_unchanged, router_for
 
-#: Bytes of changed files per batch. Measured (bench/prefect_overhead.py): a task costs Prefect 0.01-0.15 s
-#: and a flow run about 1.2 s, while embedding 256 KiB of text takes 30-60 s on 2 CPU cores (about a second
-#: on a GPU), so overhead stays under 5%, and a corpus still splits into enough tasks to keep workers busy.
-BATCH_BYTES = 256 * 1024
+#: Most bytes of changed files a run holds after resume read them, to hand to their batches (each file is
+#: then read once); the files past it are read again by their batch.
+CARRY_BYTES = 64 * 1024 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -62,83 +59,6 @@ def reporting(progress: Progress) -> Iterator[None]:
         yield
     finally:
         _progress.reset(token)
-
-
-# ------------------------------------------------------------------------------------- executors
-
-BatchResult = tuple[list[str], "Stats | BaseException"]
-
-
-class Executor(Protocol):
-    """Runs a run's batches and steps: here, in order (serial), or as Prefect tasks on any task runner."""
-
-    #: True when batches report their stage progress themselves (they run in this process).
-    live_progress: bool
-
-    def batches(
-        self, ctx: RunContext, batches: Sequence[list[str]], progress: Progress
-    ) -> Iterator[BatchResult]: ...
-
-    def step(self, fn: Callable[..., Stats], ctx: RunContext, *args: Any) -> Stats: ...
-
-
-class Serial:
-    """Batches one after another in this process; an exception ends the run (the ledger says crashed)."""
-
-    live_progress = True
-
-    def batches(
-        self, ctx: RunContext, batches: Sequence[list[str]], progress: Progress
-    ) -> Iterator[BatchResult]:
-        for b in batches:
-            yield b, retrying(ctx, lambda b=b: stages.ingest_batch(ctx, b, progress))
-
-    def step(self, fn: Callable[..., Stats], ctx: RunContext, *args: Any) -> Stats:
-        return retrying(ctx, lambda: fn(ctx, *args))
-
-
-#: Attempts of one batch or step when the failure is transient (a lost connection, a conflict).
-ATTEMPTS = 5
-
-
-def retrying(ctx: RunContext, call: Callable[[], Stats]) -> Stats:
-    """Run `call`; after a transient failure wait for the database (growing pauses) and run it again.
-
-    Redoing a batch is safe: documents it already committed are found unchanged and skipped.
-    """
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            return call()
-        except (TransientError, psycopg.OperationalError) as exc:
-            if attempt == ATTEMPTS:
-                raise
-            log.warning("transient failure (%s); waiting for the database, then retrying", _first_line(exc))
-            wait_for_database(ctx.url, seconds=ctx.db_retry_seconds, cause=exc)
-    raise AssertionError("unreachable")
-
-
-def wait_for_database(url: str, *, seconds: float, cause: BaseException) -> None:
-    """Return once the database answers; DatabaseUnavailable when it has not within `seconds`."""
-    deadline = time.monotonic() + seconds
-    pause = 0.5
-    while True:
-        try:
-            psycopg.connect(url, connect_timeout=5).close()
-            return
-        except psycopg.OperationalError:
-            pass
-        if time.monotonic() + pause > deadline:
-            raise DatabaseUnavailable(
-                f"lost the database ({_first_line(cause)}) and it did not come back within {seconds:.0f} s "
-                "(CHUNKYARD_DB_RETRY_SECONDS); nothing already stored was lost: documents are committed one "
-                "by one, so running the same command again resumes where this run stopped"
-            ) from cause
-        time.sleep(pause)
-        pause = min(pause * 2, 10.0)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class RunResult(NamedTuple):
@@ -177,21 +97,20 @@ class Run:
     @classmethod
     def begin(
         cls,
+        request: RunRequest,
         *,
         settings: Settings,
-        collection: str,
-        profile: Profile,
-        kind: RunKind,
-        params: dict | None = None,
-        dry_run: bool = False,
         lock_wait: bool = True,
         executor: Executor | None = None,
         progress: Progress | None = None,
-        model_limit: int | None = None,
-        switching_model: bool = False,
+        profile: Profile | None = None,
     ) -> Run:
         """Open the ledger row and take the collection's lock (a dry run does neither). A run that switches
-        the collection's model may be asked for another model than the active set's."""
+        the collection's model may be asked for another model than the active set's. `profile`: the one to
+        run with when the request gives none (a reindex's stored one; else the default)."""
+        collection = settings.collection if request.collection is None else request.collection
+        profile = request.profile or profile or Profile()
+        dry_run, switching_model = request.dry_run, request.SWITCHES_MODEL
         check_collection_name(collection)
         url = db.database_url(settings)
         conn = db.connect(url)
@@ -207,7 +126,7 @@ class Run:
                         conn, collection, profile=profile.as_json(), model=key, dim=dim
                     )  # its set's languages are recorded under the lock, below
                 coll_id = coll.id
-                _take_lock(
+                take_lock(
                     conn, collection, coll_id, wait=lock_wait, timeout_s=settings.lock_timeout_s,
                     explicit="lock_timeout_s" in settings.model_fields_set,
                 )  # fmt: skip
@@ -222,7 +141,7 @@ class Run:
                 coll = store.ensure_collection(
                     conn, collection, profile=profile.as_json(), model=key, dim=0, languages=model_languages(key)
                 )
-                run_id = store.start_run(conn, coll_id, kind=kind, params=params or {})
+                run_id = store.start_run(conn, coll_id, kind=request.kind, params=request.ledger())
                 store.drop_retired_sets(conn, coll_id)  # those a model switch could not drop at once
         except BaseException:
             conn.close()  # and with it the lock, if it was taken
@@ -237,7 +156,7 @@ class Run:
             dry_run=dry_run,
             device=settings.device,
             embed_batch_size=settings.embed_batch_size,
-            model_limit=model_limit,
+            model_limit=request.model_limit,
             db_retry_seconds=settings.db_retry_seconds,
             vectors=coll.vectors.id if coll is not None and coll.vectors else None,
             chunk_model=coll.model if coll is not None and coll.model != key else None,
@@ -287,19 +206,12 @@ class Run:
 
     # ------------------------------------------------------------------------------------ the work
 
-    def ingest(
-        self,
-        files: Sequence[str],
-        *,
-        files_per_batch: int,
-        batch_bytes: int | None,
-        roots: Sequence[str] = (),
-    ) -> None:
+    def ingest(self, files: Sequence[SourceFile], *, files_per_batch: int, batch_bytes: int | None) -> None:
         """Skip what is stored unchanged (resume), cut the rest into batches, run them, merge the tallies.
-        `roots`: the folders the files were found under, which every read of them stays in."""
-        self.ctx = dataclasses.replace(self.ctx, roots=tuple(roots), started=time.time())
+        Each file is read once: what resume read travels with the file's batch."""
+        self.ctx = dataclasses.replace(self.ctx, started=time.time())
         self.progress.add_total("files", len(files))
-        todo = self.resume(files)
+        todo, read = self.resume(files)
         if not self.ctx.dry_run and store.bulk_load_pays(self.conn, _expected_chunks(todo)):
             assert self.ctx.vectors is not None
             store.drop_search_indexes(
@@ -310,15 +222,16 @@ class Run:
         for stage in ("load", "normalize", "chunk", "store"):
             self.progress.add_total(stage, len(files))
         self.progress.advance("load", done)
-        batches = cut_batches(todo, max_files=files_per_batch, max_bytes=batch_bytes)
-        for batch, result in self.executor.batches(self.ctx, batches, self.progress):
+        by_path = {str(f.path): f for f in todo}
+        cut = cut_batches(list(by_path), max_files=files_per_batch, max_bytes=batch_bytes)
+        batches = [[by_path[p] for p in b] for b in cut]
+        for batch, result in self.executor.batches(self.ctx, batches, self.progress, read):
             if isinstance(result, BaseException):
                 why = f"batch failed: {type(result).__name__}: {result}".strip()
-                for p in batch:
-                    uri = source_uri(Path(p))
-                    self.stats.seen.add(uri)  # seen, so a prune never deletes what merely failed to load
+                for f in batch:
+                    self.stats.seen.add(f.uri)  # seen, so a prune never deletes what merely failed to load
                     self.stats.counts["documents_seen"] += 1
-                    self.fail(uri, Stage.TASK, why)
+                    self.fail(f.uri, Stage.TASK, why)
             else:
                 self.add(result)
                 if not self.executor.live_progress:
@@ -333,29 +246,36 @@ class Run:
         self.progress.add_total("embed", n)
         self.progress.advance("embed", n)
 
-    def resume(self, files: Sequence[str]) -> list[str]:
-        """Files still to do; those stored unchanged (by a finished or interrupted run) are counted done."""
+    def resume(self, files: Sequence[SourceFile]) -> tuple[list[SourceFile], dict[str, Read]]:
+        """Files still to do, and what was read of those among them that are stored (changed since): the
+        ones stored unchanged (by a finished or interrupted run) are counted done. Up to CARRY_BYTES of what
+        was read is kept for the batches, which then neither read nor hash those files again."""
         if self.ctx.collection_id is None:
-            return list(files)
+            return list(files), {}
         router = router_for(self.ctx)
-        by_uri = {source_uri(Path(p)): p for p in files}
-        stored = store.stored_documents(self.conn, self.ctx.collection_id, list(by_uri))
-        todo = []
-        for uri, p in by_uri.items():
-            old = stored.get(uri)
+        stored = store.stored_documents(self.conn, self.ctx.collection_id, [f.uri for f in files])
+        todo: list[SourceFile] = []
+        read: dict[str, Read] = {}
+        held = 0
+        for f in files:
+            old = stored.get(f.uri)
             if old is not None:
-                found, _ = typed([p], roots=self.ctx.roots)
                 try:  # the one checked open: no pipe blocks the run, no link leaves the folder
-                    data = read_bytes(found[0]) if found else None
+                    data = read_bytes(f)
                 except Exception:
-                    data = None  # the batch reports why
-                if data is not None and is_unchanged(old, data, router):
-                    self.stats.seen.add(uri)
-                    self.stats.counts["documents_seen"] += 1
-                    self.stats.counts["documents_unchanged"] += 1
-                    continue
-            todo.append(p)
-        return todo
+                    data = None  # the batch reads it again and reports why
+                if data is not None:
+                    digest = sha256(data)
+                    if is_unchanged(old, data, router, digest=digest):
+                        self.stats.seen.add(f.uri)
+                        self.stats.counts["documents_seen"] += 1
+                        self.stats.counts["documents_unchanged"] += 1
+                        continue
+                    if held + len(data) <= CARRY_BYTES:
+                        read[f.uri] = (data, digest)
+                        held += len(data)
+            todo.append(f)
+        return todo, read
 
     def switch_model(self, key: str, *, batch: int) -> None:
         """Embed every chunk into a new set of embedding key `key` and make it the one search reads."""
@@ -434,7 +354,7 @@ class Run:
         except psycopg.OperationalError:
             raise  # the database went away: _with_conn waits for it and closes the ledger again
         except psycopg.Error as exc:
-            log.warning("run %s: chunk quality not recorded (%s)", self.ctx.run_id, _first_line(exc))
+            log.warning("run %s: chunk quality not recorded (%s)", self.ctx.run_id, first_line(exc))
 
 
 def _run_key(settings: Settings, coll: Collection | None, switching_model: bool) -> str:
@@ -443,43 +363,6 @@ def _run_key(settings: Settings, coll: Collection | None, switching_model: bool)
     if switching_model and coll is not None and coll.vectors is not None:
         return coll.vectors.model
     return embedding_model(settings, coll)
-
-
-def _take_lock(
-    conn: psycopg.Connection,
-    collection: str,
-    collection_id: int,
-    *,
-    wait: bool,
-    timeout_s: float,
-    explicit: bool = False,
-) -> None:
-    """Take the collection's lock; while it waits, say once who holds it, and give up after `timeout_s`
-    (0: never) with a line that says what to do: any role that can connect can hold this lock. A holder
-    whose role may write runs is taken for another run and waited for without a limit, unless the limit
-    was set (`explicit`)."""
-    if store.lock_collection(conn, collection_id, wait=False):
-        return
-    if not wait:
-        raise TransientError(f"another run is writing collection {collection!r}; try again when it ends")
-    holders = store.lock_holders(conn, collection_id)
-    who = ", ".join(h.describe() for h in holders) or "a session that has just released it"
-    if holders and all(h.writer for h in holders) and not explicit:
-        timeout_s = 0  # another run (a long backfill, a model switch): queue behind it, as runs always have
-    limit = f"up to {timeout_s:g} s" if timeout_s > 0 else "with no time limit"
-    log.warning(
-        "collection %r is locked by %s; waiting %s (CHUNKYARD_LOCK_TIMEOUT_S)", collection, who, limit
-    )
-    if store.lock_collection(conn, collection_id, timeout_s=timeout_s):
-        return
-    holders = store.lock_holders(conn, collection_id) or holders
-    who = ", ".join(h.describe() for h in holders) or who
-    end = "; ".join(f"SELECT pg_terminate_backend({h.pid})" for h in holders)
-    raise TransientError(
-        f"collection {collection!r} is still locked after {timeout_s:g} s by {who}: if that is a chunkyard run, "
-        "run again when it ends (or wait longer: CHUNKYARD_LOCK_TIMEOUT_S, 0 = no limit); if it is not, end "
-        f"that session{f' ({end})' if end else ''}"
-    )
 
 
 def embedding_model(settings: Settings, coll: Collection | None) -> str:
@@ -504,41 +387,6 @@ def embedding_model(settings: Settings, coll: Collection | None) -> str:
     return coll.vectors.model
 
 
-def _expected_chunks(paths: Sequence[str]) -> int:
+def _expected_chunks(files: Sequence[SourceFile]) -> int:
     """A rough count of the chunks files will make (about 600 bytes each at the default profile)."""
-    return sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) // 600
-
-
-# ------------------------------------------------------------------------------- steps (any worker)
-
-
-def prune_missing(ctx: RunContext, roots: list[str], seen: list[str], soft: bool) -> Stats:
-    """Delete rows of documents under `roots` that were not seen in this run."""
-    stats = Stats()
-    if ctx.collection_id is None:
-        return stats
-    with stats.timed("prune"), db.connection(ctx.url) as conn:
-        n_docs, n_chunks = store.prune(
-            conn, ctx.collection_id, roots=roots, seen=set(seen), soft=soft, dry_run=ctx.dry_run
-        )
-    stats.counts["documents_deleted"] += n_docs
-    stats.counts["chunks_deleted"] += n_chunks
-    return stats
-
-
-def prune_vanished(ctx: RunContext, roots: list[str], soft: bool) -> Stats:
-    """Delete rows of documents whose local source file is gone (only under `roots` when given)."""
-    stats = Stats()
-    if ctx.dry_run or ctx.collection_id is None:
-        return stats
-    prefixes = tuple(r.rstrip("/") + "/" for r in roots)
-    with stats.timed("prune"), db.connection(ctx.url) as conn:
-        live = store.source_uris(conn, ctx.collection_id)
-        under = [u for u in live if not roots or u in roots or u.startswith(prefixes)]
-        gone = [u for u in under if (p := uri_path(u)) is not None and not os.path.lexists(p)]
-        n_docs, n_chunks = store.prune(
-            conn, ctx.collection_id, roots=gone, seen=set(live) - set(gone), soft=soft
-        )
-    stats.counts["documents_deleted"] += n_docs
-    stats.counts["chunks_deleted"] += n_chunks
-    return stats
+    return sum(os.path.getsize(f.path) for f in files if os.path.isfile(f.path)) // 600

@@ -217,8 +217,8 @@ def root_of(path: str | Path, roots: Sequence[str]) -> Path | None:
 def typed(
     paths: Iterable[str | Path], *, roots: Sequence[str] = ()
 ) -> tuple[list[SourceFile], list[Skipped]]:
-    """A batch's discovered paths as source files again, with the folder each was found under, without
-    walking anything a second time (the read checks what each path is now)."""
+    """Paths known to be files (a reindex's stored ones) as source files, with the folder each was found
+    under, without walking anything (the read checks what each path is now)."""
     files: list[SourceFile] = []
     skipped: list[Skipped] = []
     for raw in paths:
@@ -234,13 +234,6 @@ def _source(path: Path, root: Path | None) -> SourceFile | Skipped:
     if kind is None:
         return Skipped(source_uri(path), f"unsupported file type {shown(path.suffix) or '(none)'!r}")
     return SourceFile(path, source_uri(path), kind[0], kind[1], root=root)
-
-
-def read_folders(paths: Iterable[str | Path], *, follow_external_links: bool = False) -> list[str]:
-    """The folders among a run's paths, as given: the roots reads of their files must stay in."""
-    if follow_external_links:
-        return []
-    return [os.path.abspath(Path(p).expanduser()) for p in paths if Path(p).expanduser().is_dir()]
 
 
 # ---------------------------------------------------------------------------------- the one checked open

@@ -8,7 +8,7 @@ is recorded in `ingest_errors` at once (pgai's pattern), so a crash later in the
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from pipeline.model import (
     sha256,
 )
 from pipeline.normalize import normalize
-from pipeline.sources import EMPTY_NOW, SourceFile, read_bytes, reread_empty, typed
+from pipeline.sources import EMPTY_NOW, SourceFile, read_bytes, reread_empty
 
 # ------------------------------------------------------------------------------------- one batch
 
@@ -52,6 +52,8 @@ class Batch:
     progress: Progress
     #: runs each file's parse and chunk within the time and memory bound (`pipeline.guard`)
     guard: FileGuard = field(default_factory=lambda: FileGuard(Bound(0, 0)))
+    #: what resume read (by uri) of files it found changed: `load` takes it instead of reading again
+    read: dict[str, Read] = field(default_factory=dict)
 
     def fail(self, uri: str, stage: Stage, message: str) -> None:
         """Count a failed file and write its ingest_errors row now."""
@@ -100,36 +102,37 @@ def router_for(ctx: RunContext) -> Router:
     )
 
 
-def ingest_batch(ctx: RunContext, paths: Sequence[str], progress: Progress | None = None) -> Stats:
-    """Ingest one batch of files: a bad file is recorded and the batch goes on with the rest."""
+def ingest_batch(
+    ctx: RunContext,
+    files: Sequence[SourceFile],
+    progress: Progress | None = None,
+    *,
+    read: Mapping[str, Read] | None = None,
+) -> Stats:
+    """Ingest one batch of files: a bad file is recorded and the batch goes on with the rest. `read`: what
+    resume read of some of them (bytes and sha256, by uri), found changed under this run's lock: not read again."""
     stats = Stats()
-    if not paths:
+    if not files:
         return stats
     with db.connection(ctx.url) as conn, file_guard() as guard:
-        b = Batch(conn, ctx, router_for(ctx), stats, progress or NoProgress(), guard)
-        files = as_sources(b, paths)
+        b = Batch(conn, ctx, router_for(ctx), stats, progress or NoProgress(), guard, dict(read or {}))
         work = diff(b, parse(b, load(b, files)))
         work = chunk(b, work)
         store_documents(b, work, embed(b, work))
     return stats
 
 
-def as_sources(b: Batch, paths: Sequence[str]) -> list[SourceFile]:
-    """The batch's paths as typed source files, each with the folder it was found under (no read leaves
-    it); nothing is walked again: the read says what a path has become since discovery."""
-    files, skipped = typed(paths, roots=b.ctx.roots)
-    for s in skipped:
-        b.stats.skip(s.uri, s.reason)
-        b.stats.seen.add(s.uri)
-    return files
+#: A file's bytes as resume read them, with their sha256: its batch neither reads nor hashes them again.
+Read = tuple[bytes, str]
 
 
-def is_unchanged(old: StoredDocument | None, data: bytes, router: Router) -> bool:
-    """Same bytes, same chunk settings and parser as stored: the one rule for skipping a file unparsed."""
+def is_unchanged(old: StoredDocument | None, data: bytes, router: Router, *, digest: str | None = None) -> bool:
+    """Same bytes, same chunk settings and parser as stored: the one rule for skipping a file unparsed.
+    `digest`: the bytes' sha256, when it is known."""
     return bool(
         old
         and not old.deleted
-        and old.content_hash == sha256(data)
+        and old.content_hash == (digest or sha256(data))
         and old.chunk_key == router.document_key(old.doc_type)
     )
 
@@ -150,10 +153,12 @@ def load(b: Batch, files: Sequence[SourceFile]) -> list[Loaded]:
             b.stats.seen.add(src.uri)
             b.stats.counts["documents_seen"] += 1
             old = stored.get(src.uri)
+            data, digest = b.read.pop(src.uri, (None, None))  # resume read it (and found it changed)
             try:
-                data: bytes | None = read_bytes(src)
+                if data is None:
+                    data = read_bytes(src)
                 if not data and old is not None and not old.deleted:
-                    data = reread_empty(src, since=b.ctx.started)
+                    data, digest = reread_empty(src, since=b.ctx.started), None
             except SkipFile as exc:  # a link out of the folder, swapped in after discovery
                 b.stats.skip(src.uri, exc.reason)
                 if old is not None and not old.deleted:
@@ -164,7 +169,7 @@ def load(b: Batch, files: Sequence[SourceFile]) -> list[Loaded]:
                 if data is None:
                     b.stats.warnings.append((src.uri, EMPTY_NOW))
                     b.stats.counts["documents_unchanged"] += 1
-                elif is_unchanged(old, data, b.router):
+                elif is_unchanged(old, data, b.router, digest=digest):  # carried too: a retry after a commit
                     b.stats.counts["documents_unchanged"] += 1
                 else:
                     out.append(Loaded(src, data, old))

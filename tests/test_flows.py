@@ -22,8 +22,8 @@ from flows.runners import task_runner
 from pipeline import stages, store
 from pipeline.config import Profile, Settings, strategy_profile
 from pipeline.errors import ConfigError, TransientError
-from pipeline.model import RunKind
 from pipeline.parse import parser_key
+from pipeline.requests import RunRequest
 from pipeline.run import Run
 
 pytestmark = pytest.mark.slow
@@ -126,13 +126,13 @@ def test_backfill_resumes_without_redoing_finished_documents(
     calls: list[list[str]] = []
     lock = threading.Lock()
 
-    def dies_after_first_batch(ctx, paths):
+    def dies_after_first_batch(ctx, files, read=None):
         with lock:
-            calls.append(list(paths))
+            calls.append(list(files))
             first = len(calls) == 1
         if not first:
             raise RuntimeError("worker lost")  # the machine went away mid-backfill
-        return real(ctx, paths)
+        return real(ctx, files, read=read)
 
     monkeypatch.setattr(stages, "ingest_batch", dies_after_first_batch)
     params = {
@@ -154,14 +154,14 @@ def test_backfill_resumes_without_redoing_finished_documents(
 
     calls.clear()
     monkeypatch.setattr(
-        stages, "ingest_batch", lambda ctx, paths: calls.append(list(paths)) or real(ctx, paths)
+        stages, "ingest_batch", lambda ctx, files, read=None: calls.append(list(files)) or real(ctx, files, read=read)
     )
     state = _state(backfill_flow, **params)
     assert state.is_completed()
     again = outcome(state)
     c = again["counts"]
     assert (c["documents_unchanged"], c["documents_new"], c.get("documents_failed", 0)) == (2, 4, 0)
-    redone = {Path(p).as_uri() for b in calls for p in b} & {u for u, *_ in done}
+    redone = {f.uri for b in calls for f in b} & {u for u, *_ in done}
     assert not redone, "a finished document was handed to a task again"
     still = conn.execute(
         "SELECT source_uri, id, updated_at, content_hash FROM documents WHERE source_uri = ANY(%s) ORDER BY 1",
@@ -195,7 +195,7 @@ def test_two_concurrent_ingests_of_one_collection_equal_one(prefect_api, databas
 
 def test_collection_lock_blocks_the_same_collection_only(database_url, settings):
     def begin(name: str, **kw) -> Run:
-        return Run.begin(settings=settings, collection=name, profile=Profile(), kind=RunKind.INGEST, **kw)
+        return Run.begin(RunRequest(collection=name, profile=Profile()), settings=settings, **kw)
 
     holder = begin("a")
     try:
@@ -218,11 +218,11 @@ def test_transient_failure_is_retried_and_bad_input_is_not(
     calls: list[str] = []
     failed_once: list[str] = []
 
-    def batch(ctx, paths):
-        calls.extend(Path(p).name for p in paths)
-        if any(p.endswith("boom.md") for p in paths):
+    def batch(ctx, files, read=None):
+        calls.extend(f.path.name for f in files)
+        if any(f.path.name.endswith("boom.md") for f in files):
             raise ValueError("a bug, not a transient failure")
-        return real_batch(ctx, paths)
+        return real_batch(ctx, files, read=read)
 
     def flaky_write(conn, **kw):
         if kw["doc"].uri.endswith("0-pelicans.md") and not failed_once:

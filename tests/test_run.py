@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import psycopg
 import pytest
 
-from pipeline import stages, store
+from pipeline import run as run_module
+from pipeline import sources, stages, store
 from pipeline.config import Profile
 from pipeline.ingest import run_ingest
 from pipeline.model import RunKind, RunStatus
+from pipeline.requests import RunRequest
 from pipeline.run import Run, reporting
+from pipeline.sources import typed
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 
@@ -68,9 +72,9 @@ def test_errors_are_written_when_the_file_fails_not_when_the_run_ends(folder, se
 
 def test_a_retried_batch_records_its_errors_once(folder, settings, conn):
     (folder / "3-broken.md").write_bytes(PNG)
-    with Run.begin(settings=settings, collection="default", profile=Profile(), kind=RunKind.INGEST) as run:
+    with Run.begin(RunRequest(collection="default", profile=Profile()), settings=settings) as run:
         for _ in range(2):  # a transient failure after the error was written: the task runs again
-            run.add(stages.ingest_batch(run.ctx, [str(p) for p in sorted(folder.iterdir())]))
+            run.add(stages.ingest_batch(run.ctx, typed(sorted(folder.iterdir()))[0]))
         result = run.finish()
     assert result.status is RunStatus.FAILED
     assert len(store.run_errors(conn, result.run_id)) == 1
@@ -141,12 +145,13 @@ def test_a_fresh_process_starting_batches_in_parallel_threads_loads_the_tokenize
     script = f"""
 import sys, threading
 from pipeline.config import Profile, Settings
-from pipeline.model import RunKind
+from pipeline.requests import RunRequest
 from pipeline.run import Run
+from pipeline.sources import typed
 from pipeline import stages
 settings = Settings(database_url={database_url!r})
-paths = sorted(str(p) for p in __import__("pathlib").Path({str(tmp_path)!r}).glob("*.md"))
-with Run.begin(settings=settings, collection="race", profile=Profile(), kind=RunKind.INGEST) as run:
+paths, _ = typed(sorted(__import__("pathlib").Path({str(tmp_path)!r}).glob("*.md")))
+with Run.begin(RunRequest(collection="race", profile=Profile()), settings=settings) as run:
     out = [None, None]
     def batch(k):
         out[k] = stages.ingest_batch(run.ctx, paths[k::2])
@@ -164,8 +169,53 @@ print(result.status, len(result.stats.errors), [e.message for e in result.stats.
 
 
 def test_status_shows_a_run_whose_process_died_as_crashed(settings, conn):
-    with Run.begin(settings=settings, collection="live", profile=Profile(), kind=RunKind.INGEST) as run:
+    with Run.begin(RunRequest(collection="live", profile=Profile()), settings=settings) as run:
         assert [r["status"] for r in store.status(conn)["runs"]] == ["running"]  # its lock is held
         run.conn.close()  # what a SIGKILL does: the connection, and with it the lock, is gone
         assert [r["status"] for r in store.status(conn)["runs"]] == ["crashed"]
         run.status = RunStatus.CRASHED  # nothing left to record
+
+
+def test_a_file_is_read_and_hashed_once_on_its_way_in(folder, settings, monkeypatch):
+    run_ingest([folder], settings=settings)
+    (folder / "1-walruses.md").write_text("# Walruses\n\nA longer note about walruses, edited.\n")
+    (folder / "3-herons.md").write_text("# Herons\n\nA new note about herons.\n")
+    reads: Counter[str] = Counter()
+    hashes: Counter[bytes] = Counter()
+    real_open, real_hash = sources._open_checked, stages.sha256
+
+    def counting_open(src):
+        reads[src.path.name] += 1
+        return real_open(src)
+
+    def counting_hash(data):
+        hashes[bytes(data)] += 1
+        return real_hash(data)
+
+    monkeypatch.setattr(sources, "_open_checked", counting_open)  # every read of a source file opens here
+    monkeypatch.setattr(stages, "sha256", counting_hash)  # the skip rule's hash of a file's bytes
+    monkeypatch.setattr(run_module, "sha256", counting_hash)  # resume's
+    stats, _, status = run_ingest([folder], settings=settings)
+    assert status is RunStatus.COMPLETED
+    c = stats.counts
+    assert (c["documents_unchanged"], c["documents_changed"], c["documents_new"]) == (2, 1, 1)
+    # one read per file: unchanged (resume), changed (resume, handed to its batch), new (its batch)
+    assert dict(reads) == {"0-pelicans.md": 1, "1-walruses.md": 1, "2-otters.md": 1, "3-herons.md": 1}
+    assert hashes[(folder / "1-walruses.md").read_bytes()] == 1  # by resume, not again by its batch
+
+
+def test_past_the_carry_budget_a_changed_file_is_read_again_by_its_batch(folder, settings, monkeypatch):
+    run_ingest([folder], settings=settings)
+    (folder / "1-walruses.md").write_text("# Walruses\n\nA longer note about walruses, edited.\n")
+    reads: Counter[str] = Counter()
+    real_open = sources._open_checked
+
+    def counting_open(src):
+        reads[src.path.name] += 1
+        return real_open(src)
+
+    monkeypatch.setattr(sources, "_open_checked", counting_open)
+    monkeypatch.setattr(run_module, "CARRY_BYTES", 0)  # nothing read is held for the batches
+    stats, _, status = run_ingest([folder], settings=settings)
+    assert status is RunStatus.COMPLETED and stats.counts["documents_changed"] == 1
+    assert dict(reads) == {"0-pelicans.md": 1, "1-walruses.md": 2, "2-otters.md": 1}

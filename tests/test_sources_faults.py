@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,9 +16,9 @@ import pytest
 
 from pipeline.errors import InputError
 from pipeline.ingest import run_ingest, run_prune, run_reindex
-from pipeline.model import Progress, RunContext, RunStatus
+from pipeline.model import RunStatus
 from pipeline.normalize import decode, normalize
-from pipeline.run import BatchResult, Serial
+from pipeline.run import Run
 from pipeline.sources import SourceFile, source_uri, uri_path
 
 SECRET = "# Secret\n\nThe launch code is swordfish.\n"
@@ -35,17 +35,16 @@ def _stored(conn) -> set[str]:
     return {r[0].rsplit("/", 1)[-1] for r in conn.execute("SELECT source_uri FROM documents")}
 
 
-class SwapBeforeBatches(Serial):
-    """Runs `swap` after discovery and resume, just before the batches read: a file changed in between."""
+def swap_before_reading(monkeypatch, swap: Callable[[], None]) -> None:
+    """Runs `swap` after discovery, just before the run's one read of each file (resume reads the stored
+    ones, the batches the new ones): a file changed in between."""
+    real = Run.resume
 
-    def __init__(self, swap: Callable[[], None]) -> None:
-        self.swap = swap
+    def resume(self, files):
+        swap()
+        return real(self, files)
 
-    def batches(
-        self, ctx: RunContext, batches: Sequence[list[str]], progress: Progress
-    ) -> Iterator[BatchResult]:
-        self.swap()
-        yield from super().batches(ctx, batches, progress)
+    monkeypatch.setattr(Run, "resume", resume)
 
 
 # ------------------------------------------------------------------- defect 5: a folder that cannot be listed
@@ -166,12 +165,14 @@ def src_and_secret(tmp_path) -> tuple[Path, Path]:
     return d, outside / "secret.md"
 
 
-def test_a_file_swapped_for_an_outside_link_after_discovery_is_not_read(src_and_secret, settings, conn):
+def test_a_file_swapped_for_an_outside_link_after_discovery_is_not_read(
+    src_and_secret, settings, conn, monkeypatch
+):
     d, secret = src_and_secret
     (d / "good.md").write_text("# Good\n\nPelicans.\n")
     (d / "note.md").write_text("# Note\n\nHerons.\n")
-    swap = _swap_for_link(d / "note.md", secret)
-    stats, _, status = run_ingest([d], settings=settings, executor=SwapBeforeBatches(swap))
+    swap_before_reading(monkeypatch, _swap_for_link(d / "note.md", secret))
+    stats, _, status = run_ingest([d], settings=settings)
     assert status is RunStatus.COMPLETED
     assert conn.execute("SELECT count(*) FROM chunks WHERE text LIKE '%swordfish%'").fetchone()[0] == 0
     assert _stored(conn) == {"good.md"}
@@ -180,19 +181,21 @@ def test_a_file_swapped_for_an_outside_link_after_discovery_is_not_read(src_and_
     ]
 
 
-def test_a_stored_file_swapped_for_an_outside_link_mid_run_loses_its_rows(src_and_secret, settings, conn):
+def test_a_stored_file_swapped_for_an_outside_link_mid_run_loses_its_rows(
+    src_and_secret, settings, conn, monkeypatch
+):
     d, secret = src_and_secret
     (d / "note.md").write_text("# Note\n\nHerons.\n")
     run_ingest([d], settings=settings)
-    (d / "note.md").write_text("# Note\n\nHerons, edited.\n")  # changed: resume leaves it to the batch
-    swap = _swap_for_link(d / "note.md", secret)
-    stats, _, status = run_ingest([d], settings=settings, executor=SwapBeforeBatches(swap))
+    (d / "note.md").write_text("# Note\n\nHerons, edited.\n")  # changed: its one read is resume's
+    swap_before_reading(monkeypatch, _swap_for_link(d / "note.md", secret))
+    stats, _, status = run_ingest([d], settings=settings)
     assert status is RunStatus.COMPLETED
     assert conn.execute("SELECT count(*) FROM chunks WHERE text LIKE '%swordfish%'").fetchone()[0] == 0
     assert _stored(conn) == set() and stats.counts["documents_deleted"] == 1
 
 
-def test_a_folder_on_the_way_swapped_for_an_outside_link_is_not_read(tmp_path, settings, conn):
+def test_a_folder_on_the_way_swapped_for_an_outside_link_is_not_read(tmp_path, settings, conn, monkeypatch):
     d, outside = tmp_path / "src", tmp_path / "outside"
     (d / "sub").mkdir(parents=True)
     (outside / "sub").mkdir(parents=True)
@@ -204,7 +207,8 @@ def test_a_folder_on_the_way_swapped_for_an_outside_link_is_not_read(tmp_path, s
         (d / "sub").rmdir()
         (d / "sub").symlink_to(outside / "sub", target_is_directory=True)
 
-    stats, _, _ = run_ingest([d], settings=settings, executor=SwapBeforeBatches(swap))
+    swap_before_reading(monkeypatch, swap)
+    stats, _, _ = run_ingest([d], settings=settings)
     assert conn.execute("SELECT count(*) FROM chunks WHERE text LIKE '%swordfish%'").fetchone()[0] == 0
     assert [u.rsplit("/", 1)[-1] for u, w in stats.skipped if "outside the folder" in w] == ["note.md"]
 

@@ -34,9 +34,6 @@ app.add_typer(server_app, name="server")
 
 EXIT_OK, EXIT_FAILED_FILES, EXIT_ERROR = 0, 1, 2
 
-#: Bytes of changed files per task (pipeline.run.BATCH_BYTES; repeated here so --help imports nothing heavy).
-BATCH_BYTES = 256 * 1024
-
 
 def _settings() -> Settings:
     from pipeline.config import Settings
@@ -215,22 +212,24 @@ def ingest(
     as_json: JsonOpt = False,
 ) -> None:
     """Load, normalize, chunk, embed and store documents; only changed sections are re-embedded."""
-    prof = _profile(profile, strategy, param, language)
-    params = {
-        "paths": [str(p) for p in paths],
-        "collection": collection,
-        "dry_run": dry_run,
-        "prune": prune,
-        "soft_delete": soft_delete,
-        "follow_external_links": follow_external_links,
-    }
+    from pipeline.requests import IngestRequest
+
+    request = IngestRequest(
+        paths=[str(p) for p in paths],
+        collection=collection,
+        profile=_profile(profile, strategy, param, language),
+        dry_run=dry_run,
+        prune=prune,
+        soft_delete=soft_delete,
+        follow_external_links=follow_external_links,
+    )
     if prefect:
-        _run(_flow("ingest", params | {"profile": prof.as_json()}), as_json=as_json)
+        _run(_flow("ingest", request.flow_params()), as_json=as_json)
 
     def plain(bars: console.Bars) -> dict:
         from pipeline.ingest import run_ingest
 
-        return run_ingest(**params, profile=prof, progress=bars).summary(collection)
+        return run_ingest(request, progress=bars).summary(collection)
 
     _run(plain, as_json=as_json)
 
@@ -256,18 +255,20 @@ def backfill(
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest many sources as one Prefect run; run it again after an interruption and it does only the rest."""
-    params = {
-        "sources": sources,
-        "collection": collection,
-        "profile": _profile(profile, strategy, param, language).as_json(),
-        "modified_since": since,
-        "modified_until": until,
-        "prune": prune,
-        "files_per_batch": files_per_batch,
-        "batch_bytes": batch_bytes or BATCH_BYTES,
-        "follow_external_links": follow_external_links,
-    }
-    _run(_flow("backfill", params, workers=workers, dask_address=dask_address), as_json=as_json)
+    from pipeline.requests import BATCH_BYTES, BackfillRequest
+
+    request = BackfillRequest(
+        sources=sources,
+        collection=collection,
+        profile=_profile(profile, strategy, param, language),
+        modified_since=since,
+        modified_until=until,
+        prune=prune,
+        files_per_batch=files_per_batch,
+        batch_bytes=batch_bytes or BATCH_BYTES,
+        follow_external_links=follow_external_links,
+    )
+    _run(_flow("backfill", request.flow_params(), workers=workers, dask_address=dask_address), as_json=as_json)
 
 
 @app.command()
@@ -300,11 +301,16 @@ def reindex(
         raise typer.BadParameter(
             "--dry-run goes with --model here (`chunkyard ingest --dry-run` plans a re-chunk)"
         )
-    prof = _profile(profile, strategy, param) if (profile or strategy) else None
-    params = {"collection": collection, "profile": prof.as_json() if prof else None}
+    from pipeline.requests import ModelSwitchRequest, ReindexRequest, RunRequest
+
+    request: RunRequest
     if model is not None:
         _check_model(model)
-        params = {"collection": collection, "model": model, "dry_run": dry_run}
+        request = ModelSwitchRequest(collection=collection, model=model, dry_run=dry_run)
+    else:
+        prof = _profile(profile, strategy, param) if (profile or strategy) else None
+        request = ReindexRequest(collection=collection, profile=prof)
+    params = request.flow_params()
     _run(_flow("reindex", params, workers=workers, dask_address=dask_address), as_json=as_json)
 
 
@@ -318,8 +324,10 @@ def prune_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Delete the rows of documents whose source files are gone."""
-    params = {"collection": collection, "paths": [str(p) for p in paths or []], "soft": soft}
-    _run(_flow("prune", params), as_json=as_json)
+    from pipeline.requests import PruneRequest
+
+    request = PruneRequest(collection=collection, paths=[str(p) for p in paths or []], soft=soft)
+    _run(_flow("prune", request.flow_params()), as_json=as_json)
 
 
 @app.command()

@@ -93,6 +93,7 @@ def spans_indexer(
     `embed_text(corpus_id, start, end)` may say what to embed for a span (experiments with context
     around a span); the span itself stays what is scored.
     """
+    from pipeline.requests import RunRequest
     from pipeline.run import Run
     from pipeline.stages import index_prepared
 
@@ -101,13 +102,8 @@ def spans_indexer(
         work = [
             _peer_work(label, uri, corpora[cid], spans.get(cid, []), embed_text) for uri, cid in uris.items()
         ]
-        with Run.begin(
-            settings=settings,
-            collection=collection,
-            profile=Profile(),
-            kind=RunKind.EVAL,
-            params={"peer": label},
-        ) as run:
+        request = RunRequest(collection=collection, profile=Profile(), kind=RunKind.EVAL, note={"peer": label})
+        with Run.begin(request, settings=settings) as run:
             run.add(index_prepared(run.ctx, work, run.progress))
             stats = run.finish().stats
         return _indexed(stats, uris)
