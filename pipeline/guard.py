@@ -2,7 +2,7 @@
 
 Parsers and chunkers are plain Python over untrusted input; one pathological file (a deeply nested source,
 a bomb a check missed) can run for hours or take the machine's memory. `FileGuard` runs the per-file work
-of a batch (`stages.parse_files`, `stages.chunk_files`: the same functions a run calls in-process) in a
+of a batch (`jobs.parse_files`, `jobs.chunk_files`: the same functions a run calls in-process) in a
 long-lived worker process, one file at a time, and a watchdog in the caller's thread kills the worker when
 the file it is on runs past `file_timeout_s` (parse and chunk together) or the worker's memory (RSS) past
 `file_max_mb`. That file fails with an `InputError` naming the bound; a fresh worker goes on with the rest.
@@ -82,12 +82,12 @@ class _Worker:
     A fresh interpreter (`python -c`), not multiprocessing's spawn or forkserver: those run the caller's
     main script again in the child, which a library must not ask of its callers' scripts."""
 
-    def __init__(self) -> None:
+    def __init__(self, warm: str) -> None:
         import psutil
 
         ours, theirs = socket.socketpair()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        code = f"import pipeline.guard as g; g._main({theirs.fileno()})"
+        code = f"import pipeline.guard as g; g._main({theirs.fileno()}, {warm!r})"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code], pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL
         )
@@ -127,14 +127,15 @@ _idle: list[_Worker] = []
 _pool_lock = threading.Lock()
 
 
-def _checkout() -> _Worker:
+def _checkout(warm: str) -> _Worker:
+    """An idle worker, or a new one that imports `warm` (the first job's module) before it says hello."""
     with _pool_lock:
         while _idle:
             w = _idle.pop()
             if w.alive():
                 return w
             w.kill()
-    return _Worker()
+    return _Worker(warm)
 
 
 def _checkin(w: _Worker | None) -> None:
@@ -201,7 +202,7 @@ class FileGuard:
         """Outcomes of a prefix of items (the last one failed if the worker had to be killed on it), or
         None if the worker was killed before its first item (in the job's shared work)."""
         if self._worker is None or not self._worker.alive():
-            self._worker = _checkout()
+            self._worker = _checkout(job.__module__)
             self.started += 1
         w = self._worker
         if not w.ready:
@@ -285,10 +286,11 @@ def file_guard(bound: Bound | None = None) -> Iterator[FileGuard]:
 # ------------------------------------------------------------------------------------ the worker
 
 
-def _main(fd: int) -> None:
-    """Entry point of a worker process: import and warm up, say hello, serve jobs on the socket it inherited."""
+def _main(fd: int, warm: str) -> None:
+    """Entry point of a worker process: import the jobs' module `warm` and load the default tokenizers (time
+    charged to no file), say hello, serve jobs on the socket it inherited."""
     conn = Connection(fd)
-    import pipeline.stages  # noqa: F401 - the jobs
+    importlib.import_module(warm)
     from pipeline.tokens import counter
 
     counter("cl100k_base")

@@ -8,20 +8,20 @@ is recorded in `ingest_errors` at once (pgai's pattern), so a crash later in the
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import psycopg
 
-from pipeline import db, language, store
+from pipeline import db, store
 from pipeline.chunkers.router import Router
 from pipeline.config import Profile
 from pipeline.embed import cache_key, embed_with_cache, get_embedder
 from pipeline.errors import ConcurrentUpdate, InputError, SkipFile, TransientError
-from pipeline.guard import READY, Bound, FileGuard, file_guard
+from pipeline.guard import Bound, FileGuard, file_guard
 from pipeline.incremental import fingerprint, plan_sections
+from pipeline.jobs import chunk_files, parse_files
 from pipeline.model import (
     Chunk,
     Document,
@@ -35,7 +35,6 @@ from pipeline.model import (
     embed_hash,
     sha256,
 )
-from pipeline.normalize import normalize
 from pipeline.sources import EMPTY_NOW, SourceFile, read_bytes, reread_empty
 
 # ------------------------------------------------------------------------------------- one batch
@@ -202,25 +201,6 @@ def parse(b: Batch, loaded: Sequence[Loaded]) -> list[Parsed]:
     return out
 
 
-def read_document(src: SourceFile, data: bytes, profile: Profile) -> Document:
-    """The normalized document, with its language and each section's (the profile's setting, or detected)."""
-    doc = normalize(src, data, section_tokens=profile.section_tokens_for(src.doc_type))
-    language.assign(doc, setting=profile.language, by_path=profile.languages)
-    return doc
-
-
-def parse_files(
-    _shared: None, items: Sequence[tuple[SourceFile, bytes, Profile]], _prepare: bool
-) -> Iterator[object]:
-    """The guard's job for `parse` (in a worker, or in-process): READY, then (document, error) per file."""
-    yield READY
-    for src, data, profile in items:
-        try:
-            yield read_document(src, data, profile), None
-        except Exception as exc:  # noqa: BLE001 - reported for this file by `parse`
-            yield None, exc
-
-
 def _forget(b: Batch, uri: str) -> None:
     """Delete the rows of a stored document whose file now holds nothing to index."""
     assert b.ctx.collection_id is not None
@@ -266,52 +246,6 @@ def chunk(b: Batch, work: Sequence[Work]) -> list[Work]:
                 out.append(w)
             b.progress.advance("chunk")
     return out
-
-
-#: The routers `chunk_files` built, by (profile, model, limit): kept for later batches of the process.
-_ROUTERS: dict[str, Router] = {}
-
-
-def chunk_files(
-    shared: tuple[dict, str, int | None], items: Sequence[tuple[Document, Sequence[int]]], prepare: bool
-) -> Iterator[object]:
-    """The guard's job for `chunk`: READY once shared work is done, then (chunks by section, error) per
-    document. With `prepare`, each chunker's shared work for all the documents is done once first
-    (semantic: all sentences embedded in one call); if that fails, each document is chunked on its own."""
-    import json
-    from contextlib import suppress
-
-    from pipeline.chunkers.base import Chunker
-
-    profile, model, limit = shared
-    key = json.dumps([profile, model, limit], sort_keys=True)
-    router = _ROUTERS.get(key)
-    if router is None:
-        if len(_ROUTERS) > 8:
-            _ROUTERS.clear()
-        router = _ROUTERS[key] = Router(Profile.model_validate(profile), model=model, model_limit=limit)
-    for doc, _ in items:  # the chunkers are built (tokenizers loaded) before any document's clock starts
-        with suppress(Exception):
-            router.chunker_for(doc.doc_type)
-    shared: dict[int, object] = {}  # each chunker's work for the whole batch (`Chunker.prepare`)
-    if prepare:
-        by_chunker: dict[int, tuple[Chunker, list[tuple[Document, Sequence[int]]]]] = {}
-        for doc, new in items:
-            try:
-                ch = router.chunker_for(doc.doc_type)
-            except Exception:  # noqa: BLE001 - reported for that document below
-                continue
-            by_chunker.setdefault(id(ch), (ch, []))[1].append((doc, new))
-        for key, (ch, batch) in by_chunker.items():
-            with suppress(Exception):  # the documents are then chunked (and fail) one by one
-                shared[key] = ch.prepare(batch)
-    yield READY
-    for doc, new in items:
-        try:
-            ch = router.chunker_for(doc.doc_type)
-            yield ch.chunk_sections(doc, new, shared=shared.get(id(ch))), None
-        except Exception as exc:  # noqa: BLE001 - reported for this document by `chunk`
-            yield None, exc
 
 
 def embed(b: Batch, work: Sequence[Work]) -> Embedded:
@@ -423,21 +357,3 @@ def index_prepared(ctx: RunContext, work: Sequence[Work], progress: Progress | N
         b = Batch(conn, ctx, router_for(ctx), stats, progress or NoProgress())
         store_documents(b, work, embed(b, work))
     return stats
-
-
-def preview_chunks(
-    path: Path, profile: Profile, *, model: str
-) -> tuple[Document, str, list[tuple[int, Chunk]]]:
-    """One file through load, normalize and chunk, nothing stored: (document, chunker line, chunks)."""
-    from pipeline.errors import ConfigError
-    from pipeline.sources import detect, source_uri
-
-    kind = detect(path)
-    if kind is None:
-        raise ConfigError(f"{path}: unsupported file type {path.suffix!r}")
-    src = SourceFile(path, source_uri(path), kind[0], kind[1])
-    doc = read_document(src, read_bytes(src), profile)
-    chunker = Router(profile, model=model).chunker_for(doc.doc_type)
-    cfg = chunker.config
-    out = [(i, c) for i, sec in enumerate(doc.sections) for c in chunker.chunk(doc, sec)]
-    return doc, f"{cfg.kind} size={cfg.size} {cfg.unit}", out

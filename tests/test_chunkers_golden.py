@@ -490,7 +490,7 @@ def test_semantic_chunk_stage_embeds_a_whole_batch_in_one_call():
     the chunks are those it makes one document at a time."""
     from types import SimpleNamespace
 
-    from pipeline import stages
+    from pipeline import jobs, stages
     from pipeline.embed import get_embedder
 
     chunker = REGISTRY["semantic"](SemanticConfig(size=100))
@@ -506,7 +506,7 @@ def test_semantic_chunk_stage_embeds_a_whole_batch_in_one_call():
     from pipeline.guard import Bound, FileGuard
 
     profile = Profile(markdown=SemanticConfig(size=100), text=SemanticConfig(size=100))
-    stages._ROUTERS.clear()  # chunkers built by an earlier test would hold their own embedder
+    jobs._ROUTERS.clear()  # chunkers built by an earlier test would hold their own embedder
     batch = SimpleNamespace(  # in-process (both bounds 0): the spy below sees the chunk stage's calls
         ctx=SimpleNamespace(profile=profile.as_json(), chunk_model=None, model=DEFAULT_MODEL, model_limit=None),
         guard=FileGuard(Bound(0, 0)),

@@ -150,7 +150,7 @@ def chunk(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Print the chunks of one file with offsets and token counts, for tuning a profile."""
-    from pipeline.stages import preview_chunks
+    from pipeline.jobs import preview_chunks
 
     doc, chunker_line, found = preview_chunks(
         file, _profile(profile, strategy, param), model=_settings().model
