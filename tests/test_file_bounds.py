@@ -15,8 +15,8 @@ import pytest
 from pipeline.config import Profile
 from pipeline.guard import Bound, FileGuard
 from pipeline.ingest import run_ingest
-from pipeline.sources import SourceFile
 from pipeline.jobs import parse_files
+from pipeline.sources import SourceFile
 
 PARA = "The quick brown fox jumps over the lazy dog near the riverbank, again and again. " * 8 + "\n\n"
 
