@@ -142,14 +142,15 @@ def _utf16_without_bom(data: bytes) -> tuple[str, str] | None:
     return None
 
 
-#: Scripts written together, counted as one (the first word of a letter's Unicode name otherwise).
-_SCRIPT_OF = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HANGUL": "CJK", "HALFWIDTH": "CJK", "FULLWIDTH": "CJK"}
+#: Scripts written together, counted as one (the first word of a letter's Unicode name otherwise). Hangul
+#: stays apart: with Han it would cover 60% of all code units, so random bytes would read as one script.
+_SCRIPT_OF = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HALFWIDTH": "CJK", "FULLWIDTH": "CJK"}
 
 
 def _one_script(sample: str) -> bool:
     """An ASCII space or line break (what text has, and random code units almost never are), at least
-    half of the other characters letters, and 80% of the letters of one script (Han, kana and Hangul count
-    as one)."""
+    half of the other characters letters, and 80% of the letters of one script (Han and kana count as
+    one)."""
     if not any(ch in " \t\n\r" for ch in sample):
         return False
     chars = [ch for ch in sample if not ch.isspace()]

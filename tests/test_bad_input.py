@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +141,17 @@ def test_legacy_encodings_are_not_read_as_utf16(text, enc):
 def test_binary_with_a_few_nuls_is_still_refused(data):
     with pytest.raises(InputError, match="binary"):
         decode(data, "file:///x.txt")
+
+
+def test_random_bytes_with_a_few_nuls_are_not_read_as_utf16():
+    rnd = random.Random(24)
+    for n in range(16, 216):  # 32 to 430 bytes: NULs here and there, as in UTF-16 text of other scripts
+        try:  # refused as binary, or read as a legacy code page: never as UTF-16
+            _, warnings = decode(rnd.randbytes(2 * n), "file:///x.bin")
+        except InputError as exc:
+            assert "binary" in exc.reason
+            continue
+        assert not any("UTF-16" in w for w in warnings)
 
 
 def test_utf16_russian_without_a_bom_is_ingested_in_russian(tmp_path, settings, conn):
