@@ -8,6 +8,7 @@ from __future__ import annotations
 import codecs
 import re
 import unicodedata
+from collections import Counter
 
 from pipeline.errors import InputError, SkipFile
 from pipeline.model import Document, Section, sha256, strip_span
@@ -41,7 +42,7 @@ def decode(data: bytes, uri: str) -> tuple[str, list[str]]:
     if (found := _utf16_without_bom(data)) is not None:
         enc, text = found
         warnings.append(
-            f"no byte-order mark; decoded as {enc.upper()} (NUL bytes on every other position) — "
+            f"no byte-order mark; decoded as {enc.upper()} (NUL bytes on one side of each pair only) — "
             "re-save the file as UTF-8 to silence this"
         )
         return text, warnings
@@ -111,10 +112,15 @@ def _decodes(data: bytes, enc: str) -> bool:
 def _utf16_without_bom(data: bytes) -> tuple[str, str] | None:
     """(codec, text) of UTF-16 text saved without a byte-order mark, else None.
 
-    Text of Latin letters in UTF-16 has a NUL as the high byte of nearly every code unit, so on one side
-    (odd bytes for little-endian, even for big-endian) and almost never on the other; binary data has NULs
-    anywhere. The pattern, a strict decode and mostly printable characters must all agree. Text with few
-    Latin letters (CJK, Cyrillic) shows no such pattern and stays refused as binary: a bounded guess.
+    Text in UTF-16 has a NUL as the high byte of every ASCII character (spaces, newlines, digits, Latin
+    letters): Latin text has NULs on one side (odd bytes for little-endian, even for big-endian) at nearly
+    every code unit and almost never on the other, and a strict decode must give mostly printable text.
+    Text mostly of other letters (CJK, Cyrillic, Greek, ...) has fewer NULs, from its spaces and newlines;
+    they must be at least twice as frequent on the high side as on the low one (text read in the wrong
+    byte order has them the other way round), and the printable text mostly letters of one script
+    (`_one_script`). UTF-8 and 8-bit or double-byte legacy text have no NUL at all; binary data fails the
+    decode, the printable share or the letters. A file of such letters under 16 characters, or without a
+    single ASCII character (not even a newline), is not recognised.
     """
     head = data[:8192]
     if len(data) % 2 or len(head) < 4:
@@ -122,16 +128,42 @@ def _utf16_without_bom(data: bytes) -> tuple[str, str] | None:
     even, odd = head[0::2], head[1::2]
     nul_even, nul_odd = even.count(0) / len(even), odd.count(0) / len(odd)
     for enc, high, low in (("utf-16-le", nul_odd, nul_even), ("utf-16-be", nul_even, nul_odd)):
-        if high < 0.25 or low > 0.02:
+        latin = high >= 0.25 and low <= 0.02
+        if not latin and not (2 * low < high and len(data) >= 32):
             continue
         try:
             text = data.decode(enc)
         except UnicodeDecodeError:
-            return None
+            continue
         sample = text[:4096]
         printable = sum(1 for ch in sample if ch.isprintable() or ch in "\t\n\r\f")
-        return (enc, text) if printable >= 0.95 * len(sample) else None
+        if printable >= 0.95 * len(sample) and (latin or _one_script(sample)):
+            return enc, text
     return None
+
+
+#: Scripts written together, counted as one (the first word of a letter's Unicode name otherwise). Hangul
+#: stays apart: with Han it would cover 60% of all code units, so random bytes would read as one script.
+_SCRIPT_OF = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HALFWIDTH": "CJK", "FULLWIDTH": "CJK"}
+
+
+def _one_script(sample: str) -> bool:
+    """An ASCII space or line break (what text has, and random code units almost never are), at least
+    half of the other characters letters, and 80% of the letters of one script (Han and kana count as
+    one)."""
+    if not any(ch in " \t\n\r" for ch in sample):
+        return False
+    chars = [ch for ch in sample if not ch.isspace()]
+    letters = [ch for ch in chars if ch.isalpha()]
+    if not letters or len(letters) < 0.5 * len(chars):
+        return False
+    scripts = Counter(_script(ch) for ch in letters)
+    return scripts.most_common(1)[0][1] >= 0.8 * len(letters)
+
+
+def _script(letter: str) -> str:
+    first = unicodedata.name(letter, "?").split(" ", 1)[0]
+    return _SCRIPT_OF.get(first, first)
 
 
 def _looks_binary(data: bytes) -> bool:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputError
 from pipeline.ingest import run_ingest
+from pipeline.model import RunStatus
+from pipeline.normalize import decode
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 
@@ -98,3 +101,64 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, database_url):
     assert res.returncode == 2
     assert "text.recursive.overlapp: Extra inputs are not permitted" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+# -------------------------------------------------------------------- UTF-16 without a byte-order mark
+
+ZH = "全文搜索应该在每种语言中都有效。\n这是第二行，包含标点符号和数字 2024。\n" * 3
+RU = "Полнотекстовый поиск должен работать на каждом языке.\nВторая строка, с цифрами 2024.\n" * 3
+
+
+@pytest.mark.parametrize("text", [ZH, RU], ids=["chinese", "russian"])
+@pytest.mark.parametrize("enc", ["utf-16-le", "utf-16-be"])
+def test_utf16_of_other_scripts_without_a_bom_is_read_as_text(text, enc):
+    data = text.encode(enc)
+    assert data.count(0) < len(data) / 8  # few NULs: not the pattern of Latin text
+    got, warnings = decode(data, "file:///x.txt")
+    assert got == text and enc.upper() in warnings[0]
+
+
+@pytest.mark.parametrize(
+    "text,enc", [(ZH, "gbk"), (ZH, "big5"), (RU, "cp1251"), (RU, "koi8_r"), (ZH + "。", "gbk")]
+)
+def test_legacy_encodings_are_not_read_as_utf16(text, enc):
+    data = text.encode(enc, errors="ignore")  # no NUL byte, whatever the letters' codes
+    got, warnings = decode(data, "file:///x.txt")
+    assert not any("UTF-16" in w for w in warnings) and got.count("\n") == text.count("\n")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        bytes(range(256)) * 8,  # every byte, NULs on both sides
+        # text, then bytes: NULs on both sides
+        "全文搜索".encode("utf-16-le") + b"\x00\x00" + os.urandom(64).replace(b"\x00", b"\x01") * 8,
+        ("\ue000\ue001 \ue002" * 50).encode("utf-16-le"),  # private-use code units, not letters
+        ("\u4e2d\u0416\u05d0\u0627 " * 50).encode("utf-16-le"),  # letters of four scripts
+    ],
+    ids=["bytes", "random", "private-use", "mixed"],
+)
+def test_binary_with_a_few_nuls_is_still_refused(data):
+    with pytest.raises(InputError, match="binary"):
+        decode(data, "file:///x.txt")
+
+
+def test_random_bytes_with_a_few_nuls_are_not_read_as_utf16():
+    rnd = random.Random(24)
+    for n in range(16, 216):  # 32 to 430 bytes: NULs here and there, as in UTF-16 text of other scripts
+        try:  # refused as binary, or read as a legacy code page: never as UTF-16
+            _, warnings = decode(rnd.randbytes(2 * n), "file:///x.bin")
+        except InputError as exc:
+            assert "binary" in exc.reason
+            continue
+        assert not any("UTF-16" in w for w in warnings)
+
+
+def test_utf16_russian_without_a_bom_is_ingested_in_russian(tmp_path, settings, conn):
+    (tmp_path / "ru.txt").write_bytes(RU.encode("utf-16-be"))
+    stats, _, status = run_ingest([tmp_path], settings=settings)
+    assert status is RunStatus.COMPLETED and not stats.errors
+    row = conn.execute(
+        "SELECT d.language, c.text FROM documents d JOIN chunks c ON c.document_id = d.id"
+    ).fetchone()
+    assert row[0] == "ru" and "Полнотекстовый" in row[1]
