@@ -16,7 +16,8 @@ from pipeline.config import Profile
 from pipeline.guard import READY
 from pipeline.model import Chunk, Document
 from pipeline.normalize import normalize
-from pipeline.sources import SourceFile, read_bytes
+from pipeline.reading import read_bytes
+from pipeline.sources import SourceFile
 
 
 def read_document(src: SourceFile, data: bytes, profile: Profile) -> Document:

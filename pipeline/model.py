@@ -347,4 +347,4 @@ class RunContext:
     db_retry_seconds: float = 60.0  # how long a lost database is waited for before the run stops
     vectors: int | None = None  # the embedding set new chunks' vectors go to (None: a dry run)
     chunk_model: str | None = None  # the model chunks are sized with, when not `model` (after a model switch)
-    started: float = 0.0  # when the run began reading (epoch seconds): see sources.reread_empty
+    started: float = 0.0  # when the run began reading (epoch seconds): see reading.reread_empty

@@ -38,8 +38,9 @@ from pipeline.model import (
     sha256,
 )
 from pipeline.prune import prune_missing, prune_vanished
+from pipeline.reading import read_bytes
 from pipeline.requests import RunRequest
-from pipeline.sources import SourceFile, cut_batches, read_bytes
+from pipeline.sources import SourceFile, cut_batches
 from pipeline.stages import Read, is_unchanged, router_for
 
 #: Most bytes of changed files a run holds after resume read them, to hand to their batches (each file is

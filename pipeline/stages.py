@@ -35,7 +35,8 @@ from pipeline.model import (
     embed_hash,
     sha256,
 )
-from pipeline.sources import EMPTY_NOW, SourceFile, read_bytes, reread_empty
+from pipeline.reading import EMPTY_NOW, read_bytes, reread_empty
+from pipeline.sources import SourceFile
 
 # ------------------------------------------------------------------------------------- one batch
 

@@ -8,8 +8,8 @@ from collections import Counter
 import psycopg
 import pytest
 
+from pipeline import reading, stages, store
 from pipeline import run as run_module
-from pipeline import sources, stages, store
 from pipeline.config import Profile
 from pipeline.ingest import run_ingest
 from pipeline.model import RunKind, RunStatus
@@ -182,7 +182,7 @@ def test_a_file_is_read_and_hashed_once_on_its_way_in(folder, settings, monkeypa
     (folder / "3-herons.md").write_text("# Herons\n\nA new note about herons.\n")
     reads: Counter[str] = Counter()
     hashes: Counter[bytes] = Counter()
-    real_open, real_hash = sources._open_checked, stages.sha256
+    real_open, real_hash = reading._open_checked, stages.sha256
 
     def counting_open(src):
         reads[src.path.name] += 1
@@ -192,7 +192,7 @@ def test_a_file_is_read_and_hashed_once_on_its_way_in(folder, settings, monkeypa
         hashes[bytes(data)] += 1
         return real_hash(data)
 
-    monkeypatch.setattr(sources, "_open_checked", counting_open)  # every read of a source file opens here
+    monkeypatch.setattr(reading, "_open_checked", counting_open)  # every read of a source file opens here
     monkeypatch.setattr(stages, "sha256", counting_hash)  # the skip rule's hash of a file's bytes
     monkeypatch.setattr(run_module, "sha256", counting_hash)  # resume's
     stats, _, status = run_ingest([folder], settings=settings)
@@ -208,13 +208,13 @@ def test_past_the_carry_budget_a_changed_file_is_read_again_by_its_batch(folder,
     run_ingest([folder], settings=settings)
     (folder / "1-walruses.md").write_text("# Walruses\n\nA longer note about walruses, edited.\n")
     reads: Counter[str] = Counter()
-    real_open = sources._open_checked
+    real_open = reading._open_checked
 
     def counting_open(src):
         reads[src.path.name] += 1
         return real_open(src)
 
-    monkeypatch.setattr(sources, "_open_checked", counting_open)
+    monkeypatch.setattr(reading, "_open_checked", counting_open)
     monkeypatch.setattr(run_module, "CARRY_BYTES", 0)  # nothing read is held for the batches
     stats, _, status = run_ingest([folder], settings=settings)
     assert status is RunStatus.COMPLETED and stats.counts["documents_changed"] == 1
