@@ -1,7 +1,7 @@
 """Faults, races and hostile input against the real CLI and a real Postgres; prints a table of cases.
 
-    python bench/faults.py                      # everything: bad inputs, 50 SIGKILLs, restarts, concurrency
-    python bench/faults.py --kills 10 --restarts 2 --only bad,bound,kill,restart,concurrent,fence,security,lock,signals
+    python -m bench.faults                      # everything: bad inputs, 50 SIGKILLs, restarts, concurrency
+    python -m bench.faults --kills 10 --restarts 2 --only bad,bound,kill,restart,concurrent,fence,security,lock,signals
 
 Never part of the test suite (minutes of model loads). Each case runs `chunkyard ingest --no-prefect` (or
 the flow with --prefect-kills) in a subprocess against its own database on a throwaway embedded server,
@@ -27,11 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # make_files: the hostile files, built at run time
-
-from make_files import page_count_pdf, with_forged_member  # noqa: E402
+from bench.common import ROOT, shared_data
+from tests.make_files import page_count_pdf, with_forged_member  # the hostile files, built at run time
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01" + bytes(range(256)) * 4
 #: The per-file time bound of the bad-input run (CHUNKYARD_FILE_TIMEOUT_S): every other case is well within.
@@ -248,7 +245,7 @@ def bad_cases(d: Path) -> list[tuple[str, str, Callable[[Path], None], str]]:
         )
 
     def encrypted_pdf(p: Path) -> None:
-        src = ROOT.parent / "shared" / "bench" / "pdf" / "005-libreoffice-writer-password"
+        src = shared_data("pdf") / "005-libreoffice-writer-password"
         pdfs = sorted(src.glob("*.pdf")) if src.is_dir() else []
         if pdfs:
             shutil.copyfile(pdfs[0], p)

@@ -1,8 +1,8 @@
 """Fusion rules for hybrid search, replayed offline over the real SQL's candidates (issue 25, issue 24's fusion).
 
-    python bench/fusion.py                                # every set, every variant, k = 5 (one table)
-    python bench/fusion.py --set chroma --set ml-zh       # some sets
-    python bench/fusion.py --budgets --only 'convex 0.5' --only 'dbsf'   # finalists at 256..2048 tokens too
+    python -m bench.fusion                                # every set, every variant, k = 5 (one table)
+    python -m bench.fusion --set chroma --set ml-zh       # some sets
+    python -m bench.fusion --budgets --only 'convex 0.5' --only 'dbsf'   # finalists at 256..2048 tokens too
 
 Each set's documents are indexed once with the default profile into a kept collection (`_fusion_<set>`,
 embeddings from the cache). For each question the replay asks the SQL functions a search uses, once: the top
@@ -28,26 +28,19 @@ from __future__ import annotations
 import argparse
 import pickle
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from budget_gap import complete_sections  # noqa: E402
-from eval_chroma import load_set  # noqa: E402
-from retrieval_variants import Index  # noqa: E402
-
-from pipeline import db  # noqa: E402
-from pipeline import evaluate as ev  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
-from pipeline.evaluate.metrics import budget_scores, question_scores  # noqa: E402
-from pipeline.tokens import counter  # noqa: E402
+from bench.eval_chroma import load_set
+from bench.replay import Index, complete_sections
+from pipeline import db
+from pipeline import evaluate as ev
+from pipeline.config import Settings
+from pipeline.evaluate.metrics import budget_scores, question_scores
+from pipeline.tokens import counter
 
 #: Candidates of each half, as chunkyard_hybrid_search's p_candidates.
 CANDIDATES = 50

@@ -6,8 +6,8 @@ CocoIndex (its text_embedding example: recursive markdown splitter at 600 bytes,
 the chunk text embedded, memoized per text). Each release is synced into one working folder, as a checkout
 moving between tags would be, so source ids stay stable across steps.
 
-    python bench/incremental.py [--data ../shared/bench/fastapi-docs] [--skip-langchain] [--skip-cocoindex]
-    python bench/incremental.py --standin --context all --skip-langchain   # re-embeds per `context` choice
+    python -m bench.incremental [--data ../shared/bench/fastapi-docs] [--skip-langchain] [--skip-cocoindex]
+    python -m bench.incremental --standin --context all --skip-langchain   # re-embeds per `context` choice
 
 `--context MODE` (repeatable, or `all`) runs chunkyard's sequence with that embedded context on every
 prose type (the profile option `context`); `--standin` embeds with a hash stand-in (the counts are the
@@ -27,8 +27,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.common import shared_data
 
 STEPS = ["0.135.0", "0.140.0", "0.141.1", "0.141.1"]
 #: The document types whose chunkers embed a heading context (code keeps its own, named by file).
@@ -280,7 +279,7 @@ def main() -> None:
     from pipeline.config import Profile
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "bench" / "fastapi-docs")
+    ap.add_argument("--data", type=Path, default=shared_data("fastapi-docs"))
     ap.add_argument("--skip-langchain", action="store_true")
     ap.add_argument("--skip-cocoindex", action="store_true")
     ap.add_argument("--only-langchain", action="store_true", help="skip the chunkyard runs")
@@ -311,7 +310,7 @@ def main() -> None:
     from pipeline import db, stages
 
     if args.standin:
-        from _standin import StandIn  # unit vectors seeded by each text's CRC32, no model
+        from bench._standin import StandIn  # unit vectors seeded by each text's CRC32, no model
 
         stages.get_embedder = lambda *a, **k: StandIn()  # the stages' one way to a model
     tmp = Path(tempfile.mkdtemp(prefix="cy-bench-"))

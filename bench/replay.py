@@ -1,45 +1,26 @@
-"""Retrieval-time variants scored offline over one configuration's chunks: fusions, neighbours, sections.
+"""An offline index over one kept collection: exact vector search and BM25 lists, fused in Python as the SQL does.
 
-    python bench/retrieval_variants.py                    # the default profile on Chroma's benchmark
-    python bench/retrieval_variants.py --set fastapi      # on the FastAPI dev set (bench/devsets.py)
-    python bench/retrieval_variants.py --set contracts-footers --spec default:as=text   # contracts as plain text
-
-Indexes the configuration once into a kept collection (`_variants_<set>`, embeddings from the cache), reads
-every chunk's vector, each question's BM25 top 50 (`chunkyard_fulltext_search`), then ranks in Python:
-convex fusion exactly as `chunkyard_hybrid_search` does (checked: the same top 5 as the SQL), and variants of
-it. Each variant is scored at k = 5 and at 512 tokens, overall and per corpus, with the same span metrics.
-Exact vector search stands in for HNSW, so the vector rows differ a little from `chunkyard eval`.
-
-Fusions that aim to be safe (never clearly below the better of the two lists): reciprocal rank fusion, and
-convex fusion with the full-text half scaled by its IDF coverage, the share of the query's IDF mass (its
-lexemes' IDF as chunkyard_fulltext_search computes it) held by the best BM25 hit: a list whose best hit
-matches only a few of a long query's words (a template's) counts less. When the set has template questions
-("Highlight the parts ..."), the table splits them from the plain ones. A --spec other than `default` gets
-its own kept collection.
+`Index` indexes a configuration once into a kept collection (`_variants_<set>`, embeddings from the cache) and
+reads every chunk's vector and each question's BM25 top 50 (`chunkyard_fulltext_search`); bench/fusion.py
+replays its fusion rules on it, and the experiments retrieval_variants, budget_gap and fts_context their
+variants. `complete_sections` is the SQL context's section rule (`chunkyard_context`) applied in Python.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import sys
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from eval_chroma import add_set_option, load_set  # noqa: E402
-
-from pipeline import db  # noqa: E402
-from pipeline import evaluate as ev  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
-from pipeline.evaluate.metrics import Retrieved, budget_scores, question_scores  # noqa: E402
-from pipeline.tokens import counter  # noqa: E402
+from bench.eval_chroma import load_set
+from pipeline import db
+from pipeline import evaluate as ev
+from pipeline.config import Settings
+from pipeline.evaluate.metrics import Retrieved
+from pipeline.tokens import counter
 
 CANDIDATES = 50
 
@@ -219,71 +200,24 @@ class Index:
         return out
 
 
-def table(
-    ix: Index, variants: dict[str, tuple[Callable[[int], list[Retrieved]], Callable[[int], list[int]] | None]]
-) -> str:
-    """Recall / IoU at k (and recall at 512 tokens where the variant is a ranking), overall and per corpus."""
-    corpora = sorted(ix.corpora) if len(ix.corpora) <= 6 else []
-    tmpl = [q.text.startswith("Highlight the parts") for q in ix.questions]
-    split = ["template", "plain"] if any(tmpl) else []
-    head = ["variant", "all, k=5", "512 tokens", *split, *corpora]
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    for name, (at_k, ranking) in variants.items():
-        rows = [question_scores(q.excerpts, q.corpus_id, at_k(qi)) | {"c": q.corpus_id}
-                for qi, q in enumerate(ix.questions)]  # fmt: skip
-
-        def ri(rs: list[dict]) -> str:
-            return f"{100 * np.mean([r['recall'] for r in rs]):.1f} / {100 * np.mean([r['iou'] for r in rs]):.1f}"
-
-        b512 = "-"
-        if ranking:
-            b = [budget_scores(q.excerpts, q.corpus_id, [ix.raw(i) for i in ranking(qi)[:60]],
-                               [ix.ends(i) for i in ranking(qi)[:60]], 512)["recall"]
-                 for qi, q in enumerate(ix.questions)]  # fmt: skip
-            b512 = f"{100 * np.mean(b):.1f}"
-        cells = [ri([r for r in rows if r["c"] == c]) for c in corpora]
-        parts = [ri([r for r, t in zip(rows, tmpl, strict=True) if t == want]) for want in (True, False)]
-        lines.append("| " + " | ".join([name, ri(rows), b512, *(parts if split else []), *cells]) + " |")
-    return "\n".join(lines)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_set_option(ap)
-    ap.add_argument("--spec", default="default", help="The configuration whose chunks are ranked.")
-    a = ap.parse_args()
-    ix = Index(a.qset, a.spec, Settings())
-    k = 5
-
-    def top(
-        rank: Callable[[int], list[int]],
-    ) -> tuple[Callable[[int], list[Retrieved]], Callable[[int], list[int]]]:
-        return (lambda qi: [ix.raw(i) for i in rank(qi)[:k]]), rank
-
-    cov = ix.coverage
-    variants = {
-        "vector (exact)": top(ix.vector),
-        "full text (BM25)": top(ix.fulltext),
-        "rrf (k 60)": top(ix.rrf),
-        "BM25 x IDF coverage of its top hit": top(lambda qi: ix.fused(qi, bm25_weight=cov)),
-        "BM25 x IDF coverage, best of top 5": top(lambda qi: ix.fused(qi, bm25_weight=lambda q: cov(q, 5))),
-        "BM25 x min(1, 2 x coverage)": top(lambda qi: ix.fused(qi, bm25_weight=lambda q: 2 * cov(q))),
-        "BM25 x min(1, 1.5 x coverage)": top(lambda qi: ix.fused(qi, bm25_weight=lambda q: 1.5 * cov(q))),
-        "BM25 x coverage^0.5": top(lambda qi: ix.fused(qi, bm25_weight=lambda q: cov(q) ** 0.5)),
-        "rrf, BM25 x coverage": top(lambda qi: ix.rrf(qi, wb=cov(qi))),
-        "convex fusion, alpha 0.5 (the SQL default)": top(ix.fused),
-        "alpha 0.4": top(lambda qi: ix.fused(qi, alpha=0.4)),
-        "alpha 0.6": top(lambda qi: ix.fused(qi, alpha=0.6)),
-        "z-score scaling": top(lambda qi: ix.fused(qi, scale="z")),
-        "query-adaptive weights (top-score gap)": top(lambda qi: ix.fused(qi, adaptive=True)),
-        "best neighbour's score x 0.2 added": top(lambda qi: ix.fused(qi, neighbour=0.2)),
-        "section whole when 2/3 retrieved": (lambda qi: ix.sections(ix.fused(qi), k), None),
-        "section whole when 1/2 retrieved": (lambda qi: ix.sections(ix.fused(qi), k, 1 / 2), None),
-        "section whole when 3/4 retrieved": (lambda qi: ix.sections(ix.fused(qi), k, 3 / 4), None),
-        "neighbours merged, 5 spans": (lambda qi: ix.merged(ix.fused(qi), k), None),
-    }
-    print(table(ix, variants))
-
-
-if __name__ == "__main__":
-    main()
+def complete_sections(ix: Index, ranking: list[int], share: float) -> list[int]:
+    """The section rule of the SQL search applied while the budget fills: once a section's chunks read so far
+    cover `share` of it, the rest of its chunks follow at once (in document order), counted in the budget."""
+    by_sec: dict[int, list[int]] = defaultdict(list)
+    for i, r in enumerate(ix.rows):
+        by_sec[r[4]].append(i)
+    out, seen = [], set()
+    for i in ranking:
+        if i in seen:
+            continue
+        seen.add(i)
+        out.append(i)
+        sec = ix.rows[i][4]
+        ss, se = ix.rows[i][6:8]
+        got = sum(ix.rows[j][3] - ix.rows[j][2] for j in by_sec[sec] if j in seen)
+        if se > ss and got / (se - ss) >= share:
+            for j in by_sec[sec]:
+                if j not in seen:
+                    seen.add(j)
+                    out.append(j)
+    return out
