@@ -12,6 +12,8 @@ import pytest
 from pipeline.errors import ConfigError
 from pipeline.ingest import run_ingest
 
+pytestmark = pytest.mark.subprocess
+
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 
 
