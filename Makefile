@@ -6,7 +6,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 BIN            = $(VENV)/bin
 
-.PHONY: install demo test lint bench clean-db
+.PHONY: install demo test test-fast lint bench clean-db
 
 install: $(VENV)/.installed
 
@@ -25,11 +25,17 @@ demo: install
 test: install
 	$(BIN)/python -m pytest
 
+# The suite without model loads, subprocess runs (the CLI, fresh interpreters), wheel builds, browser, Prefect server and outages
+# (markers in pyproject.toml); `make test` stays the whole suite.
+test-fast: install
+	$(BIN)/python -m pytest -m "not (slow or subprocess or packaging or browser or prefect or outage)"
+
 # The peers' packages (LangChain, LlamaIndex, Chonkie, semchunk, CocoIndex), then the chunker throughput table;
-# every benchmark is a script in bench/ with its own --help.
+# every benchmark is a module of bench/ with its own --help (`python -m bench.<name> --help`); one-off
+# experiments are in bench/experiments/ (README.md there).
 bench: install
 	$(BIN)/pip install -e ".[bench]"
-	$(BIN)/python bench/chunkers.py --repeats 3
+	$(BIN)/python -m bench.chunkers --repeats 3
 
 lint: install
 	$(BIN)/ruff check pipeline flows tests bench

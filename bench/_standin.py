@@ -1,6 +1,6 @@
 """Ingest a folder with the embedding model replaced by a hash stand-in; print peak RSS and timings as JSON.
 
-    python bench/_standin.py FOLDER COLLECTION      (bench/throughput.py --only rss runs it per corpus size)
+    python -m bench._standin FOLDER COLLECTION      (bench/throughput.py --only rss runs it per corpus size)
 
 The stand-in returns a unit vector seeded by each text's hash: as fast as memory allows, so what grows with
 the corpus is the pipeline's own memory, not the model's. Its vectors are not the model's: run it only
@@ -9,6 +9,7 @@ against a throwaway CHUNKYARD_DATA_DIR (bench/throughput.py does), never a datab
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -20,11 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pipeline import db, stages, store  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
-from pipeline.ingest import run_ingest  # noqa: E402
+from pipeline import db, stages, store
+from pipeline.config import Settings
+from pipeline.ingest import run_ingest
 
 
 class StandIn:
@@ -54,7 +53,11 @@ def peak_rss_kib() -> int:
 
 
 def main() -> None:
-    folder, collection = Path(sys.argv[1]), sys.argv[2]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("collection")
+    a = ap.parse_args()
+    folder, collection = a.folder, a.collection
     if "CHUNKYARD_DATABASE_URL" in os.environ:
         sys.exit("refused: run with a throwaway CHUNKYARD_DATA_DIR, never a real database (its cache)")
     stages.get_embedder = lambda *a, **k: StandIn()  # the stages' one way to a model

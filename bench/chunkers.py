@@ -1,8 +1,8 @@
 """Every chunkyard strategy on the Chroma corpora, side by side with LangChain, Chonkie and semchunk.
 
-    python bench/chunkers.py                          # size 256 cl100k, median of 3 rounds
-    python bench/chunkers.py --size 200 --repeats 5 --only recursive --only langchain-recursive
-    python bench/chunkers.py --profile markdown       # cProfile of one strategy's run, top functions
+    python -m bench.chunkers                          # size 256 cl100k, median of 3 rounds
+    python -m bench.chunkers --size 200 --repeats 5 --only recursive --only langchain-recursive
+    python -m bench.chunkers --profile markdown       # cProfile of one strategy's run, top functions
 
 For each chunker and corpus: chunks, mean and max cl100k tokens, how many chunks are longer than the
 embedding model reads (254 word pieces: the model silently truncates those), and throughput in MB/s
@@ -29,17 +29,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import CORPORA, chroma_dir, load_corpus, table, timed
+from pipeline.chunkers import REGISTRY
+from pipeline.config import _ADAPTER
+from pipeline.model import Document
+from pipeline.tokens import counter, model_max_tokens, seed_tiktoken_cache, tiktoken_encoding
 
-from pipeline.chunkers import REGISTRY  # noqa: E402
-from pipeline.config import _ADAPTER  # noqa: E402
-from pipeline.model import Document  # noqa: E402
-from pipeline.normalize import normalize  # noqa: E402
-from pipeline.sources import SourceFile, detect, source_uri  # noqa: E402
-from pipeline.tokens import counter, model_max_tokens, seed_tiktoken_cache, tiktoken_encoding  # noqa: E402
-
-CORPORA = ("chatlogs", "finance", "pubmed", "state_of_the_union", "wikitexts")
 #: Strategies whose run is dominated by something else than chunking get fewer repeats by default.
 SLOW = {"semantic", "chonkie-recursive-limit"}
 #: Peers held to the model's limit as chunkyard's chunkers are ("x peer in limit" compares with them).
@@ -98,13 +93,6 @@ def peer_factories(size: int) -> dict[str, Callable[[], Callable[[str], list[str
 # ------------------------------------------------------------------------------------------ corpora
 
 
-def load_corpus(path: Path, section_tokens: int) -> Document:
-    """A corpus normalized as the pipeline would (a .md file: markdown), sections included."""
-    kind = detect(path)
-    assert kind is not None, path
-    src = SourceFile(path, source_uri(path), kind[0], kind[1])
-    return normalize(src, path.read_bytes(), section_tokens=section_tokens)
-
 
 def ours(kind: str, size: int, doc: Document) -> Run:
     """One run of a chunkyard strategy over every section of the document (a fresh chunker).
@@ -121,17 +109,6 @@ def ours(kind: str, size: int, doc: Document) -> Run:
 
     return run
 
-
-def timed(make: Callable[[], Run], repeats: int) -> tuple[float, float, list[str]]:
-    """Median CPU and wall seconds of `repeats` runs (each from a fresh `make()`), and the last chunks."""
-    cpu, wall, out = [], [], []
-    for _ in range(repeats):
-        run = make()
-        c0, t0 = time.process_time(), time.perf_counter()
-        out = run()
-        cpu.append(time.process_time() - c0)
-        wall.append(time.perf_counter() - t0)
-    return statistics.median(cpu), statistics.median(wall), out
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -150,17 +127,10 @@ def stats(chunks: list[str]) -> dict[str, float]:
     }
 
 
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    body = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
-    return "\n".join([line, sep, *body])
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "bench" / "chroma")
+    ap.add_argument("--data", type=Path, default=chroma_dir())
     ap.add_argument("--size", type=int, default=256, help="Budget in cl100k tokens for every chunker.")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--slow-repeats", type=int, default=1, help="Repeats for the slow ones (SLOW: semantic embeds on CPU).")

@@ -1,6 +1,6 @@
 """Chunker speed of the working tree against a git revision and Chonkie, in one process, alternating.
 
-    python bench/chunkers_ab.py --base HEAD --only recursive --only markdown --only fixed --rounds 9
+    python -m bench.chunkers_ab --base HEAD --only recursive --only markdown --only fixed --rounds 9
 
 On a shared machine two runs of bench/chunkers.py minutes apart can differ by a third; alternating the two
 versions of the code and Chonkie corpus by corpus, in one process, lets a load change hit all three alike.
@@ -13,6 +13,8 @@ Needs the bench extra (Chonkie). The data is read in place, never copied.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import io
 import re
 import statistics
@@ -24,10 +26,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.chunkers import CORPORA  # noqa: E402
+from bench.common import CORPORA, ROOT, chroma_dir
 
 
 def base_package(rev: str, dest: Path) -> None:
@@ -43,10 +42,20 @@ def base_package(rev: str, dest: Path) -> None:
         path.write_text(re.sub(r"\b(from|import) pipeline\b", r"\1 pipeline_base", text), encoding="utf-8")
 
 
+def load_base(dest: Path) -> None:
+    """Import the extracted `pipeline_base` from `dest` by its location (sys.path stays as it is)."""
+    pkg = dest / "pipeline_base"
+    spec = importlib.util.spec_from_file_location(
+        "pipeline_base", pkg / "__init__.py", submodule_search_locations=[str(pkg)]
+    )
+    assert spec is not None and spec.loader is not None, pkg
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["pipeline_base"] = module
+    spec.loader.exec_module(module)
+
+
 def modules(name: str) -> tuple[ModuleType, ModuleType, ModuleType, ModuleType]:
     """The chunker registry, config, normalize and sources modules of one package."""
-    import importlib
-
     return tuple(
         importlib.import_module(f"{name}.{m}") for m in ("chunkers", "config", "normalize", "sources")
     )  # type: ignore[return-value]
@@ -58,13 +67,13 @@ def main() -> None:
     ap.add_argument("--only", action="append", help="Chunker kinds (repeatable); default recursive.")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--size", type=int, default=256)
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "bench" / "chroma")
+    ap.add_argument("--data", type=Path, default=chroma_dir())
     args = ap.parse_args()
     kinds = args.only or ["recursive"]
 
     tmp = Path(tempfile.mkdtemp(prefix="chunkyard-ab-"))
     base_package(args.base, tmp)
-    sys.path.insert(0, str(tmp))
+    load_base(tmp)
     from chonkie import RecursiveChunker
 
     from pipeline.tokens import seed_tiktoken_cache, tiktoken_encoding

@@ -1,7 +1,7 @@
 """Do the chunkers still cut the Chroma corpora as before? Snapshot every chunk, then compare.
 
-    python bench/chunkers_same.py snapshot /tmp/before.json     # on the code before a change
-    python bench/chunkers_same.py compare /tmp/before.json      # on the code after it: exit 1 on a change
+    python -m bench.chunkers_same snapshot /tmp/before.json     # on the code before a change
+    python -m bench.chunkers_same compare /tmp/before.json      # on the code after it: exit 1 on a change
 
 Every chunk of every registered strategy (semantic excepted: it embeds) on the Chroma corpora at 128, 256
 and 512 cl100k tokens, as (start, end, token count, context, metadata), and the sentences of the sentence
@@ -15,12 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.chunkers import CORPORA, load_corpus  # noqa: E402
-from pipeline.chunkers import REGISTRY  # noqa: E402
-from pipeline.config import _ADAPTER  # noqa: E402
+from bench.common import CORPORA, chroma_dir, load_corpus
+from pipeline.chunkers import REGISTRY
+from pipeline.config import _ADAPTER
 
 BUDGETS = (128, 256, 512)
 
@@ -51,7 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=["snapshot", "compare"])
     ap.add_argument("file", type=Path)
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "bench" / "chroma")
+    ap.add_argument("--data", type=Path, default=chroma_dir())
     ap.add_argument("--only", action="append", help="Strategies (repeatable); default all but semantic.")
     args = ap.parse_args()
     kinds = args.only or [k for k in REGISTRY if k != "semantic"]

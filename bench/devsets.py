@@ -1,10 +1,10 @@
 """Question sets written here over public documents, for checks beside Chroma's benchmark.
 
-    python bench/eval_chroma.py target --set fastapi      # any harness run, on the FastAPI dev set
-    python bench/peers.py --set contracts                 # the peers on the contracts dev set
-    python bench/devsets.py fetch-contracts DEST          # the contracts' documents, at pinned commits
-    python bench/devsets.py fetch-multilingual DEST       # the multilingual set's pages, at a pinned commit
-    python bench/eval_chroma.py target --set ml-zh        # one language of the multilingual set
+    python -m bench.eval_chroma target --set fastapi      # any harness run, on the FastAPI dev set
+    python -m bench.peers --set contracts                 # the peers on the contracts dev set
+    python -m bench.devsets fetch-contracts DEST          # the contracts' documents, at pinned commits
+    python -m bench.devsets fetch-multilingual DEST       # the multilingual set's pages, at a pinned commit
+    python -m bench.eval_chroma target --set ml-zh        # one language of the multilingual set
 
 No set copies a document into the repository: each stores character spans `[start, end, sha256 prefix]` of
 its documents, and is materialized at run time from a local folder, each span checked against its hash.
@@ -89,7 +89,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import ROOT, shared_data
+
 DATA = ROOT / "bench" / "data"
 
 #: name -> (folder under ../shared/bench, subfolder, question file, env variable of the folder)
@@ -172,8 +173,7 @@ PAGE_CHARS = 3000
 def source_dir(name: str) -> Path:
     """The public documents a set is written over (never inside the repository)."""
     folder, sub, _, var = SETS[name]
-    env = os.environ.get(var)
-    base = Path(env) if env else ROOT.parent / "shared" / "bench" / folder
+    base = shared_data(folder, var)
     return base / sub if sub else base
 
 
@@ -284,7 +284,7 @@ def materialize(name: str, dest: Path | None = None) -> tuple[Path, Path]:
     if not src.is_dir():
         hint = {"contracts": "fetch-contracts", "ml-": "fetch-multilingual"}
         cmd = next((c for k, c in hint.items() if name.startswith(k)), None)
-        hint = f"; create it with: python bench/devsets.py {cmd} DIR" if cmd else ""
+        hint = f"; create it with: python -m bench.devsets {cmd} DIR" if cmd else ""
         raise SystemExit(f"{name}: no documents at {src} (set ${SETS[name][3]}){hint}")
     dest = dest or Path(tempfile.mkdtemp(prefix=f"chunkyard-{name}-"))
     corpora = dest / "corpora"

@@ -1,9 +1,9 @@
 """Chroma's chunking benchmark through `chunkyard eval`: reproduce the published MiniLM rows, try profiles.
 
-    python bench/eval_chroma.py published              # the 6 reproducible MiniLM rows vs PUBLISHED.md
-    python bench/eval_chroma.py target                 # the default profile: vector, hybrid and rrf search
-    python bench/eval_chroma.py specs -s 'recursive:size=128,label=r128' -s default:as=text
-    python bench/eval_chroma.py target --budget 256,512,1024,2048     # also at budgets of cl100k tokens
+    python -m bench.eval_chroma published              # the 6 reproducible MiniLM rows vs PUBLISHED.md
+    python -m bench.eval_chroma target                 # the default profile: vector, hybrid and rrf search
+    python -m bench.eval_chroma specs -s 'recursive:size=128,label=r128' -s default:as=text
+    python -m bench.eval_chroma target --budget 256,512,1024,2048     # also at budgets of cl100k tokens
 
 The data stays in ../shared/bench/chroma (or $CHUNKYARD_CHROMA_DIR); results go to bench/results/.
 Run from the repository root; set CHUNKYARD_DATA_DIR to keep the embedded Postgres out of the way.
@@ -12,17 +12,14 @@ Run from the repository root; set CHUNKYARD_DATA_DIR to keep the embedded Postgr
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from pipeline import evaluate as ev  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
+from bench.common import chroma_dir, result_path
+from pipeline import evaluate as ev
+from pipeline.config import Settings
 
 #: One section per corpus, as Chroma chunked whole corpora (the pipeline's default cuts at 1024 cl100k).
 WHOLE = 10**8
@@ -46,12 +43,6 @@ TARGET_CONFIGS = {
     "default (as text)": "default:as=text",
     "default (files as typed: markdown)": "default",
 }
-
-
-def data_dir() -> Path:
-    """Where the benchmark data lives: never copied into the repository."""
-    env = os.environ.get("CHUNKYARD_CHROMA_DIR")
-    return Path(env) if env else ROOT.parent / "shared" / "bench" / "chroma"
 
 
 def published(data: Path) -> dict[str, dict]:
@@ -103,11 +94,10 @@ def reference_points(pub: dict[str, dict]) -> list[dict]:
 def load_set(name: str) -> tuple[dict, list, dict[str, dict]]:
     """Corpora, questions and published rows of a question set: Chroma's, or one of bench/devsets.py."""
     if name == "chroma":
-        data = data_dir()
+        data = chroma_dir()
         corpora = ev.load_corpora(data / "corpora")
         return corpora, ev.load_questions(data / "questions_df.csv", corpora), published(data)
-    sys.path.insert(0, str(ROOT / "bench"))
-    from devsets import materialize
+    from bench.devsets import materialize
 
     folder, qfile = materialize(name)
     corpora = ev.load_corpora(folder)
@@ -116,8 +106,7 @@ def load_set(name: str) -> tuple[dict, list, dict[str, dict]]:
 
 def add_set_option(ap: argparse.ArgumentParser) -> None:
     """`--set NAME`: Chroma's benchmark (default) or a question set written here (bench/devsets.py)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from devsets import NAMES
+    from bench.devsets import NAMES
 
     ap.add_argument("--set", dest="qset", choices=["chroma", *NAMES], default="chroma",
                     help="Question set: Chroma's benchmark or a dev set of bench/devsets.py.")  # fmt: skip
@@ -136,7 +125,7 @@ def run(
     settings = Settings()
     corpora, questions, pub = load_set(qset)
     qvecs = ev.embed_questions(questions, settings)
-    out = ROOT / "bench" / "results" / name
+    out = result_path(name)
     results: list[dict] = []
     for label, spec in configs.items():
         cfg = ev.parse_config(f"{spec},label={label}" if ":" in spec else f"{spec}:label={label}")

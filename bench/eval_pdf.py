@@ -1,7 +1,7 @@
 """Retrieval on PDFs vs the same text as markdown: Chroma's corpora rendered to PDF, scored by `chunkyard eval`.
 
-    python bench/eval_pdf.py                                   # 4 corpora, vector + hybrid search
-    python bench/eval_pdf.py --corpus state_of_the_union --search vector
+    python -m bench.eval_pdf                                   # 4 corpora, vector + hybrid search
+    python -m bench.eval_pdf --corpus state_of_the_union --search vector
 
 Each corpus is rendered to an A4 PDF with fpdf2 (the `bench` extra; DejaVu Sans from matplotlib, 10 pt,
 a page number in every footer) and read back by the pipeline. Question excerpts point into the markdown
@@ -18,25 +18,17 @@ CHUNKYARD_DATA_DIR to keep the embedded Postgres out of the way.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from pipeline import evaluate as ev  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
+from bench.common import chroma_dir
+from pipeline import evaluate as ev
+from pipeline.config import Settings
 
 CORPORA = ("state_of_the_union", "wikitexts", "chatlogs", "pubmed")
-
-
-def data_dir() -> Path:
-    env = os.environ.get("CHUNKYARD_CHROMA_DIR")
-    return Path(env) if env else ROOT.parent / "shared" / "bench" / "chroma"
 
 
 def render_pdf(text: str, dest: Path) -> int:
@@ -114,7 +106,7 @@ def main() -> None:
     ap.add_argument("-k", type=int, default=5)
     a = ap.parse_args()
     modes = tuple(a.search or ["vector", "hybrid"])
-    data = data_dir()
+    data = chroma_dir()
     settings = Settings()
     md_all = ev.load_corpora(data / "corpora")
     wanted = a.corpus or list(CORPORA)

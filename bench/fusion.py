@@ -1,8 +1,8 @@
 """Fusion rules for hybrid search, replayed offline over the real SQL's candidates (issue 25, issue 24's fusion).
 
-    python bench/fusion.py                                # every set, every variant, k = 5 (one table)
-    python bench/fusion.py --set chroma --set ml-zh       # some sets
-    python bench/fusion.py --budgets --only 'convex 0.5' --only 'dbsf'   # finalists at 256..2048 tokens too
+    python -m bench.fusion                                # every set, every variant, k = 5 (one table)
+    python -m bench.fusion --set chroma --set ml-zh       # some sets
+    python -m bench.fusion --budgets --only 'convex 0.5' --only 'dbsf'   # finalists at 256..2048 tokens too
 
 Each set's documents are indexed once with the default profile into a kept collection (`_fusion_<set>`,
 embeddings from the cache). For each question the replay asks the SQL functions a search uses, once: the top
@@ -26,149 +26,20 @@ worst shortfall below it over all columns ("worst"), and the mean over columns. 
 from __future__ import annotations
 
 import argparse
-import pickle
 import re
-import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.replay import CANDIDATES, Replay
+from pipeline import db
+from pipeline import evaluate as ev
+from pipeline.config import Settings
 
-from budget_gap import complete_sections  # noqa: E402
-from eval_chroma import load_set  # noqa: E402
-from retrieval_variants import Index  # noqa: E402
-
-from pipeline import db  # noqa: E402
-from pipeline import evaluate as ev  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
-from pipeline.evaluate.metrics import budget_scores, question_scores  # noqa: E402
-from pipeline.tokens import counter  # noqa: E402
-
-#: Candidates of each half, as chunkyard_hybrid_search's p_candidates.
-CANDIDATES = 50
 BUDGETS = (256, 512, 1024, 2048)
 SETS = ("chroma", "fastapi", "fastapi-qa", "licenses", "contracts", "contracts-plain", "contracts-footers",
         "ml-en", "ml-de", "ml-es", "ml-ru", "ml-zh")  # fmt: skip
-
-
-@dataclass
-class Query:
-    """What the SQL gave for one question: both candidate lists and the full-text facts of the query."""
-
-    vec: list[tuple[int, float]]  # (row, cosine similarity), best first
-    fts: list[tuple[int, float]]  # (row, BM25), best first
-    sims: dict[int, float]  # cosine similarity of every candidate
-    idf: dict[str, float]  # the query's lexemes in the collection, with their IDF
-    n_lexemes: int  # all of the query's lexemes (in the collection or not)
-    held: dict[int, set[str]] = field(default_factory=dict)  # full-text candidate -> query lexemes it holds
-    language: str = ""  # the query's language (CLD2), '' when unreliable
-
-
-class Replay(Index):
-    """A set's kept collection (chunks in document order) and each question's candidates, from the SQL."""
-
-    def __init__(self, qset: str, settings: Settings, *, refresh: bool = False) -> None:  # noqa: PLR0915
-        self.qset = qset
-        self.corpora, self.questions, _ = load_set(qset)
-        name = f"_fusion_{qset}"
-        cache = settings.data_dir / f"fusion-{qset}.pkl"
-        self._ends: dict[int, list[int]] = {}
-        self._cl100k = counter("cl100k_base")
-        if cache.exists() and not refresh:  # plain data (a pickled class would depend on how this was run)
-            self.rows, texts, self.languages, queries = pickle.loads(cache.read_bytes())
-            self.queries = [Query(**q) for q in queries]
-        else:
-            self.rows, texts, self.languages, self.queries = self._fetch(name, settings)
-            queries = [asdict(q) for q in self.queries]
-            cache.write_bytes(pickle.dumps((self.rows, texts, self.languages, queries)))
-        self.pos = {r[0]: i for i, r in enumerate(self.rows)}
-        with db.connection(db.database_url(settings)) as conn:  # each chunk's language (chunks.language)
-            lang = dict(conn.execute("SELECT id, language FROM chunks WHERE id = ANY(%s)",
-                                     ([r[0] for r in self.rows],)).fetchall())  # fmt: skip
-        self.chunk_language = [lang.get(r[0], "") for r in self.rows]
-        self.corpus_of = {u: Path(u).stem for u in texts}
-        self.maps = {u: ev.OffsetMap(self.corpora[self.corpus_of[u]].text, t, u) for u, t in texts.items()}
-
-    def _fetch(self, name: str, settings: Settings) -> tuple[list, dict, list[str], list[Query]]:
-        from pipeline.language import detect
-
-        url = db.database_url(settings)
-        with db.connection(url) as conn:
-            have = conn.execute("SELECT 1 FROM collections WHERE name = %s", (name,)).fetchone()
-        if not have:
-            ev.pipeline_indexer(ev.parse_config("default"), self.corpora, settings)(name)
-        qv = ev.embed_questions(self.questions, settings)
-        queries = []
-        with db.connection(url) as conn:
-            rows = conn.execute(
-                """SELECT c.id, d.source_uri, c.char_start, c.char_end, c.section_id, c.text, s.char_start,
-                          s.char_end
-                   FROM chunks c JOIN documents d ON d.id = c.document_id JOIN sections s ON s.id = c.section_id
-                   JOIN collections col ON col.id = c.collection_id
-                   WHERE col.name = %s AND d.deleted_at IS NULL ORDER BY d.source_uri, c.char_start""",
-                (name,),
-            ).fetchall()
-            pos = {r[0]: i for i, r in enumerate(rows)}
-            texts = dict(conn.execute(
-                """SELECT d.source_uri, d.normalized_text FROM documents d
-                   JOIN collections col ON col.id = d.collection_id WHERE col.name = %s""", (name,),
-            ).fetchall())  # fmt: skip
-            (langs,) = conn.execute("SELECT languages FROM collections WHERE name = %s", (name,)).fetchone()
-            for q, v in zip(self.questions, qv, strict=True):
-                vec = conn.execute(
-                    "SELECT chunk_id, 1 - dist FROM chunkyard_vector_candidates(%s, %s, %s) ORDER BY dist, chunk_id",
-                    (name, v, CANDIDATES),
-                ).fetchall()
-                fts = conn.execute(
-                    "SELECT chunk_id, score FROM chunkyard_fulltext_search(%s, %s, %s)", (name, q.text, CANDIDATES)
-                ).fetchall()
-                ids = sorted({c for c, _ in vec} | {c for c, _ in fts})
-                sims = dict(conn.execute(
-                    "SELECT chunk_id, 1 - dist FROM chunkyard_vector_distances(%s, %s, %s)", (name, v, ids)
-                ).fetchall())  # fmt: skip
-                lex = conn.execute("SELECT chunkyard_query_lexemes(%s, %s)", (q.text, langs)).fetchone()[0]
-                idf = dict(conn.execute(
-                    """SELECT t.lexeme, ln(1 + (greatest(col.fts_chunks, t.df) - t.df + 0.5) / (t.df + 0.5))
-                       FROM fts_terms t JOIN collections col ON col.id = t.collection_id
-                       WHERE col.name = %s AND t.df > 0 AND t.lexeme = ANY (%s)""",
-                    (name, lex),
-                ).fetchall())  # fmt: skip
-                held = {pos[c]: set(ws) & set(idf) for c, ws in conn.execute(
-                    "SELECT id, tsvector_to_array(tsv) FROM chunks WHERE id = ANY(%s)", ([c for c, _ in fts],)
-                ).fetchall()}  # fmt: skip
-                lang, reliable, _ = detect(q.text)
-                queries.append(Query(
-                    vec=[(pos[c], float(s)) for c, s in vec], fts=[(pos[c], float(s)) for c, s in fts],
-                    sims={pos[c]: float(s) for c, s in sims.items()}, idf={w: float(x) for w, x in idf.items()},
-                    n_lexemes=len(lex), held=held, language=lang if reliable else "",
-                ))  # fmt: skip
-            conn.commit()
-        return rows, texts, list(langs), queries
-
-    # ----------------------------------------------------------------------------------- scoring
-
-    def at_k(self, qi: int, ranking: list[int], k: int = 5) -> dict:
-        """Scores at k as the SQL search answers (a section at least half retrieved comes back whole)."""
-        q = self.questions[qi]
-        return question_scores(q.excerpts, q.corpus_id, self.sections(ranking, k, 0.5))
-
-    def at_budget(self, qi: int, ranking: list[int], budget: int) -> dict:
-        """Scores at a budget as chunkyard_context packs it (a section completed once half of it is read)."""
-        q = self.questions[qi]
-        packed = complete_sections(self, ranking, 0.5)
-        out, spent = [], 0
-        for i in packed:  # only as many chunks as the budget can read
-            out.append(i)
-            spent += len(self.ends(i))
-            if spent >= budget:
-                break
-        return budget_scores(q.excerpts, q.corpus_id, [self.raw(i) for i in out], [self.ends(i) for i in out],
-                             budget)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------- variants

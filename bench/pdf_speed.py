@@ -1,7 +1,7 @@
 """Pages per second reading PDFs: the text layer (../shared/bench/pdf) and OCR of generated scanned pages.
 
-    python bench/pdf_speed.py                # text PDFs, then 4 scanned pages if the ocr extra is installed
-    python bench/pdf_speed.py --scans 10
+    python -m bench.pdf_speed                # text PDFs, then 4 scanned pages if the ocr extra is installed
+    python -m bench.pdf_speed --scans 10
 
 The parse alone (pipeline.parse), best of --repeat runs; OCR's one-off model load is timed separately.
 """
@@ -9,15 +9,11 @@ The parse alone (pipeline.parse), best of --repeat runs; OCR's one-off model loa
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from pipeline.parse import parse, pdf_ocr  # noqa: E402
+from bench.common import shared_data
+from pipeline.parse import parse, pdf_ocr
 
 LINES = [
     "Invoice 2024-117 for services rendered in March.",
@@ -39,7 +35,7 @@ def best(data: bytes, repeat: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--folder", type=Path, default=ROOT.parent / "shared" / "bench" / "pdf")
+    ap.add_argument("--folder", type=Path, default=shared_data("pdf"))
     ap.add_argument("--scans", type=int, default=4, help="Scanned pages to OCR (0: skip).")
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
@@ -60,7 +56,7 @@ def main() -> None:
     if seconds:
         print(f"| **text layer, all** | {pages:.0f} | {seconds:.2f} | **{pages / seconds:.1f}** |")
     if a.scans and pdf_ocr.available():
-        from make_files import scanned_pdf
+        from tests.make_files import scanned_pdf
 
         t0 = time.perf_counter()
         pdf_ocr.engine()

@@ -1,8 +1,8 @@
 """The chunkers people use, scored in the same harness as chunkyard: same model, k, Postgres and SQL search.
 
-    python bench/peers.py                      # chunkyard's default and every peer below, k=5 and budgets
-    python bench/peers.py --only chunkyard-default --only semchunk-cl100k-200 --search hybrid
-    python bench/peers.py --budget 256,512 --budget 4096   # other budgets (cl100k tokens of context)
+    python -m bench.peers                      # chunkyard's default and every peer below, k=5 and budgets
+    python -m bench.peers --only chunkyard-default --only semchunk-cl100k-200 --search hybrid
+    python -m bench.peers --budget 256,512 --budget 4096   # other budgets (cl100k tokens of context)
 
 Every configuration is scored at k and at budgets of 256, 512, 1024 and 2048 cl100k tokens (chunks in rank
 order until the budget is spent, the last one cut: `chunkyard eval --budget`), under vector and hybrid
@@ -21,13 +21,9 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from eval_chroma import (  # noqa: E402
+from bench.common import result_path
+from bench.eval_chroma import (
     BUDGETS,
     add_budget_option,
     add_search_option,
@@ -36,10 +32,9 @@ from eval_chroma import (  # noqa: E402
     print_tables,
     reference_points,
 )
-
-from pipeline import evaluate as ev  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
-from pipeline.tokens import model_path, seed_tiktoken_cache, tiktoken_encoding  # noqa: E402
+from pipeline import evaluate as ev
+from pipeline.config import Settings
+from pipeline.tokens import model_path, seed_tiktoken_cache, tiktoken_encoding
 
 Splitter = Callable[[str], list[str]]
 
@@ -223,7 +218,7 @@ def run(
     settings = Settings()
     corpora, questions, pub = load_set(qset)
     qvecs = ev.embed_questions(questions, settings)
-    out = ROOT / "bench" / "results" / out_name
+    out = result_path(out_name)
     results: list[dict] = []
     for name in names:
         t0 = time.perf_counter()

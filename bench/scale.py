@@ -1,7 +1,7 @@
 """Search latency and write throughput at scale: N chunks of real sentences with random unit vectors.
 
-    python bench/scale.py --chunks 100000 --queries 100 --json bench/results/scale-100k.json
-    python bench/scale.py --chunks 1000000 --queries 100 --json scale-1m.json --baseline scale-100k.json
+    python -m bench.scale --chunks 100000 --queries 100 --json bench/results/scale-100k.json
+    python -m bench.scale --chunks 1000000 --queries 100 --json bench/results/scale-1m.json --baseline bench/results/scale-100k.json
 
 Each N gets its own database (`chunkyard_scale_<N>`) on the server of --url (default: an embedded server in
 --pgdata), built once through the bulk path (`store.write_documents`, indexes built after the load) and
@@ -17,7 +17,6 @@ import argparse
 import csv
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -27,13 +26,11 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import chroma_dir
+from pipeline import db, store
+from pipeline.model import Chunk, Document, Section, SectionPlan, embed_hash, sha256
 
-from pipeline import db, store  # noqa: E402
-from pipeline.model import Chunk, Document, Section, SectionPlan, embed_hash, sha256  # noqa: E402
-
-CHROMA = Path(os.environ.get("CHUNKYARD_CHROMA_DIR", ROOT.parent / "shared" / "bench" / "chroma"))
+CHROMA = chroma_dir()
 MODEL = "bench/random-unit-384"
 DIM = 384
 CHUNKS_PER_DOC, CHUNKS_PER_SECTION, SENTENCES_PER_CHUNK = 10, 2, 6

@@ -1,9 +1,9 @@
 """Throughput in one run: embedding backends, their Chroma recall, start-up times, memory by corpus size.
 
-    nice -n 5 python bench/throughput.py                       # all but recall (about 10 minutes on 2 cores)
-    nice -n 5 python bench/throughput.py --recall              # + `chunkyard eval` per backend (slow)
-    python bench/throughput.py --only embed --chunks 2952 --repeat 5
-    python bench/throughput.py --only startup --only server --only rss
+    nice -n 5 python -m bench.throughput                       # all but recall (about 10 minutes on 2 cores)
+    nice -n 5 python -m bench.throughput --recall              # + `chunkyard eval` per backend (slow)
+    python -m bench.throughput --only embed --chunks 2952 --repeat 5
+    python -m bench.throughput --only startup --only server --only rss
 
 embed: the default profile's chunks of the Chroma corpora (the same chunks for every backend), embedded in
 rounds that alternate the backends (a busy machine slows them alike); chunks/s is the median round, the
@@ -16,7 +16,7 @@ rss: peak RSS of an ingest (`--no-prefect`, one process) of 1x, 4x and 16x the C
 lines marked so nothing is deduplicated, the model replaced by a hash stand-in (bench/_standin.py), in a
 throwaway data directory and Postgres of its own (the stand-in's vectors never reach a real cache).
 Runs against CHUNKYARD_DATA_DIR (set it to a scratch folder); the embedded Postgres is started there. The
-Chroma data: ../shared/bench/chroma, or CHUNKYARD_CHROMA_BENCH.
+Chroma data: ../shared/bench/chroma, or CHUNKYARD_CHROMA_DIR (as every bench script).
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import ROOT, chroma_dir
 
-CHROMA = Path(os.environ.get("CHUNKYARD_CHROMA_BENCH", ROOT.parent / "shared" / "bench" / "chroma"))
+CHROMA = chroma_dir()
 _SCRIPT = Path(sys.executable).parent / "chunkyard"
 CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "pipeline.cli"]
 PARTS = ("embed", "recall", "startup", "server", "rss")
@@ -178,10 +177,10 @@ def bench_rss(scales: list[int]) -> list[dict]:
                     marked = [f"{ln} ({i})" if ln.strip() and not ln.startswith("#") else ln for ln in lines]
                     (folder / "corpus" / f"{p.stem}-{i}.md").write_text("\n".join(marked), encoding="utf-8")
             mb = sum(f.stat().st_size for f in (folder / "corpus").iterdir()) / 1e6
-            cmd = [sys.executable, str(ROOT / "bench" / "_standin.py"), str(folder / "corpus"), f"rss-{n}x"]
+            cmd = [sys.executable, "-m", "bench._standin", str(folder / "corpus"), f"rss-{n}x"]
             env = {k: v for k, v in os.environ.items() if k != "CHUNKYARD_DATABASE_URL"}
             env["CHUNKYARD_DATA_DIR"] = str(folder / "data")  # its own Postgres: stand-in vectors stay there
-            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
+            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=ROOT).stdout)
             rows.append({"scale": f"{n}x", "mb": round(mb, 1), **out})
     return rows
 
@@ -213,7 +212,7 @@ def main() -> None:
     a = ap.parse_args()
     parts = a.only or [p for p in PARTS if p != "recall" or a.recall]
     if not (CHROMA / "corpora").is_dir() and {"embed", "recall", "rss"} & set(parts):
-        sys.exit(f"no Chroma corpora in {CHROMA}: set CHUNKYARD_CHROMA_BENCH to the folder with corpora/")
+        sys.exit(f"no Chroma corpora in {CHROMA}: set CHUNKYARD_CHROMA_DIR to the folder with corpora/")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(f"# chunkyard throughput ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
     found: dict[str, list[dict]] = {}

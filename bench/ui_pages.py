@@ -1,7 +1,7 @@
 """Render times of `chunkyard ui` pages on a large collection: 100k chunks in 1000 documents plus one 5 MB
 document of 5000 chunks, written by SQL inserts (no embedding), in a throwaway embedded Postgres.
 
-    python bench/ui_pages.py [--repeat 5]
+    python -m bench.ui_pages [--repeat 5]
 
 Prints a table: page, HTTP status, median and max milliseconds (server side, through Starlette's TestClient).
 The rows have no vectors: the document page's "re-chunked" mark (an index probe per chunk) finds none.
@@ -19,11 +19,9 @@ from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pipeline import db, store  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
-from pipeline.ui import create_app  # noqa: E402
+from pipeline import db, store
+from pipeline.config import Settings
+from pipeline.ui import create_app
 
 FILL = """
 INSERT INTO documents (collection_id, source_uri, content_hash, text_hash, doc_type, chunk_key, mime,

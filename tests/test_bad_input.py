@@ -15,6 +15,8 @@ from pipeline.ingest import run_ingest
 from pipeline.model import RunStatus
 from pipeline.normalize import decode
 
+pytestmark = pytest.mark.subprocess
+
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 
 

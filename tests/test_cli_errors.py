@@ -12,6 +12,8 @@ import pytest
 
 from pipeline.ingest import run_ingest
 
+pytestmark = pytest.mark.subprocess
+
 
 def cli(*args: str, url: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     full = dict(os.environ, CHUNKYARD_DATABASE_URL=url, COLUMNS="80", **(env or {}))

@@ -17,6 +17,8 @@ import psycopg
 import pytest
 from test_embed_backends import models_cache, tiny_model  # noqa: F401  (session fixtures, reused)
 
+pytestmark = pytest.mark.subprocess
+
 DEAD_URL = "postgresql://nobody@127.0.0.1:1/nothing"  # nothing listens on port 1
 
 

@@ -108,6 +108,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sum(a * b, axis=1)
 
 
+@pytest.mark.slow
 def test_openvino_int8_export_is_close_to_torch_and_made_once(tiny_model, models_cache):
     pytest.importorskip("openvino")
     pytest.importorskip("nncf")
@@ -139,6 +140,7 @@ def test_onnx_export_matches_torch(tiny_model, models_cache):
     assert _cosines(vecs, Embedder(tiny_model).encode(TEXTS)).min() > 0.9999
 
 
+@pytest.mark.slow
 def test_a_backend_switch_re_embeds_once_and_reuses_only_its_own_vectors(
     docs, database_url, conn, tiny_model, models_cache, monkeypatch
 ):
@@ -203,6 +205,7 @@ def _cli(*args: str, env: dict | None = None) -> str:
     return proc.stdout
 
 
+@pytest.mark.subprocess
 def test_importing_the_cli_loads_nothing_heavy():
     import subprocess
     import sys
@@ -214,6 +217,7 @@ def test_importing_the_cli_loads_nothing_heavy():
     assert _cli("--help").rstrip().endswith("HEAVY: none")
 
 
+@pytest.mark.subprocess
 def test_search_imports_no_torch(docs, database_url, tiny_model, models_cache, monkeypatch):
     pytest.importorskip("openvino")
     pytest.importorskip("nncf")

@@ -54,16 +54,19 @@ def _bounded_run(tmp_path: Path, settings, conn, monkeypatch, *, timeout_s: str,
     return stage, message
 
 
+@pytest.mark.slow
 def test_a_file_over_the_time_bound_fails_and_the_run_goes_on(tmp_path, settings, conn, monkeypatch):
     stage, message = _bounded_run(tmp_path, settings, conn, monkeypatch, timeout_s="1", max_mb="0", mb=20)
     assert "took over 1 s to parse and chunk (CHUNKYARD_FILE_TIMEOUT_S)" in message, message
 
 
+@pytest.mark.slow
 def test_a_file_over_the_memory_bound_fails_and_the_run_goes_on(tmp_path, settings, conn, monkeypatch):
     stage, message = _bounded_run(tmp_path, settings, conn, monkeypatch, timeout_s="0", max_mb="640", mb=45)
     assert "needed over 640 MiB of memory to parse and chunk (CHUNKYARD_FILE_MAX_MB" in message, message
 
 
+@pytest.mark.slow
 def test_a_worker_after_a_kill_goes_on_with_the_next_file(tmp_path):
     """The guard itself: the killed file fails with its name, a fresh worker parses the one after it."""
     files = []

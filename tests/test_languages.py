@@ -133,6 +133,7 @@ def test_a_translated_page_is_in_the_language_of_its_prose_not_of_its_code():
     assert doc.lang == "ru" and [s.lang for s in doc.sections] == ["ru", "ru"]
 
 
+@pytest.mark.subprocess
 def test_the_cli_sets_the_language_and_status_shows_each_collections_languages(tmp_path, database_url):
     import json
     import os

@@ -133,6 +133,7 @@ def _as(url: str, role: str) -> str:
     return make_conninfo(**{**conninfo_to_dict(url), "user": role})
 
 
+@pytest.mark.subprocess
 def test_a_lock_held_by_another_role_ends_the_wait_in_time_with_a_line_naming_it(
     tmp_path,
     settings,

@@ -320,6 +320,7 @@ def test_every_source_document_type_has_a_parser_and_an_unknown_type_is_a_clear_
     assert (parsed.doc_type, parsed.mime, parsed.title) == ("text", "text/plain", "")
 
 
+@pytest.mark.slow
 def test_html_nested_ten_thousand_deep_is_read_not_a_recursion_error():
     from pipeline.parse.html import parse_html
 

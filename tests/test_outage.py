@@ -16,6 +16,8 @@ from pipeline import db, store
 from pipeline.config import Settings
 from pipeline.ingest import run_ingest
 
+pytestmark = pytest.mark.outage
+
 
 @pytest.fixture
 def own_server():

@@ -21,6 +21,8 @@ from pipeline import db
 from pipeline.errors import DatabaseError
 from tests.conftest import _with_db
 
+pytestmark = pytest.mark.packaging
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -184,6 +184,7 @@ def test_edit_on_one_page_rechunks_that_section_only(tmp_path, settings, conn):
 
 
 @needs_ocr
+@pytest.mark.slow
 def test_scanned_pages_are_ocred_with_confidence(tmp_path):
     data = scanned_pdf([["Invoices are due within thirty days.", "Late fees apply after that."]])
     doc = _doc(_write(tmp_path, "scan.pdf", data))

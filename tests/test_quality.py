@@ -148,6 +148,7 @@ def _topics(folder: Path, n: int = 12) -> None:
     (folder / "notes.md").write_text("\n".join(parts))
 
 
+@pytest.mark.subprocess
 def test_a_profile_change_is_flagged_and_an_unchanged_run_is_not(tmp_path, settings, conn, database_url):
     src = tmp_path / "notes"
     _topics(src)

@@ -132,6 +132,7 @@ def test_a_stored_file_replaced_by_a_fifo_is_reported_not_waited_on(folder, sett
     assert "not a regular file" in stats.errors[0].message
 
 
+@pytest.mark.subprocess
 def test_a_fresh_process_starting_batches_in_parallel_threads_loads_the_tokenizers_once(
     tmp_path, settings, database_url
 ):

@@ -11,6 +11,8 @@ from pipeline import db, store
 from pipeline.ingest import run_ingest
 from tests.test_search import _bm25_by_hand
 
+pytestmark = pytest.mark.slow  # `many` ingests and embeds 200 files for each test that takes it
+
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()  # noqa: SIM905
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from flows import server
 
+pytestmark = pytest.mark.prefect
+
 
 def _alive(pid: int) -> bool:
     try:

@@ -73,6 +73,7 @@ def _without_read_override(database_url: str) -> Iterator[tuple[list[str], str]]
         )
 
 
+@pytest.mark.subprocess
 def test_a_folder_that_cannot_be_listed_keeps_its_stored_documents(tmp_path, settings, database_url, conn):
     d = tmp_path / "src"
     (d / "sub").mkdir(parents=True)

@@ -21,7 +21,10 @@ from pipeline.ingest import run_ingest
 from pipeline.ui import create_app
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (apt-get install chromium)")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (apt-get install chromium)"),
+]
 
 #: What the document page draws, read in the browser: per chunk id, its first start, last end and the text
 #: of its segments joined (a chunk is the run of segments that carry its id).

@@ -1,46 +1,31 @@
-"""Retrieval-time variants scored offline over one configuration's chunks: fusions, neighbours, sections.
+"""Offline indexes over kept collections: rankings replayed in Python as the SQL ranks, scored as it answers.
 
-    python bench/retrieval_variants.py                    # the default profile on Chroma's benchmark
-    python bench/retrieval_variants.py --set fastapi      # on the FastAPI dev set (bench/devsets.py)
-    python bench/retrieval_variants.py --set contracts-footers --spec default:as=text   # contracts as plain text
-
-Indexes the configuration once into a kept collection (`_variants_<set>`, embeddings from the cache), reads
-every chunk's vector, each question's BM25 top 50 (`chunkyard_fulltext_search`), then ranks in Python:
-convex fusion exactly as `chunkyard_hybrid_search` does (checked: the same top 5 as the SQL), and variants of
-it. Each variant is scored at k = 5 and at 512 tokens, overall and per corpus, with the same span metrics.
-Exact vector search stands in for HNSW, so the vector rows differ a little from `chunkyard eval`.
-
-Fusions that aim to be safe (never clearly below the better of the two lists): reciprocal rank fusion, and
-convex fusion with the full-text half scaled by its IDF coverage, the share of the query's IDF mass (its
-lexemes' IDF as chunkyard_fulltext_search computes it) held by the best BM25 hit: a list whose best hit
-matches only a few of a long query's words (a template's) counts less. When the set has template questions
-("Highlight the parts ..."), the table splits them from the plain ones. A --spec other than `default` gets
-its own kept collection.
+`Index` indexes a configuration once into a kept collection (`_variants_<set>`, embeddings from the cache) and
+reads every chunk's vector and each question's BM25 top 50 (`chunkyard_fulltext_search`): exact vector search,
+convex fusion as `chunkyard_hybrid_search` (the experiments retrieval_variants, budget_gap and fts_context).
+`Replay` asks the SQL functions a search uses for each question's candidates once, and keeps them in a pickle
+beside the database (bench/fusion.py). `complete_sections` is `chunkyard_context`'s section rule in Python.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import sys
+import pickle
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.eval_chroma import load_set
+from pipeline import db
+from pipeline import evaluate as ev
+from pipeline.config import Settings
+from pipeline.evaluate.metrics import Retrieved, budget_scores, question_scores
+from pipeline.tokens import counter
 
-from eval_chroma import add_set_option, load_set  # noqa: E402
-
-from pipeline import db  # noqa: E402
-from pipeline import evaluate as ev  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
-from pipeline.evaluate.metrics import Retrieved, budget_scores, question_scores  # noqa: E402
-from pipeline.tokens import counter  # noqa: E402
-
+#: Candidates of each half, as chunkyard_hybrid_search's p_candidates.
 CANDIDATES = 50
 
 
@@ -219,71 +204,142 @@ class Index:
         return out
 
 
-def table(
-    ix: Index, variants: dict[str, tuple[Callable[[int], list[Retrieved]], Callable[[int], list[int]] | None]]
-) -> str:
-    """Recall / IoU at k (and recall at 512 tokens where the variant is a ranking), overall and per corpus."""
-    corpora = sorted(ix.corpora) if len(ix.corpora) <= 6 else []
-    tmpl = [q.text.startswith("Highlight the parts") for q in ix.questions]
-    split = ["template", "plain"] if any(tmpl) else []
-    head = ["variant", "all, k=5", "512 tokens", *split, *corpora]
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    for name, (at_k, ranking) in variants.items():
-        rows = [question_scores(q.excerpts, q.corpus_id, at_k(qi)) | {"c": q.corpus_id}
-                for qi, q in enumerate(ix.questions)]  # fmt: skip
-
-        def ri(rs: list[dict]) -> str:
-            return f"{100 * np.mean([r['recall'] for r in rs]):.1f} / {100 * np.mean([r['iou'] for r in rs]):.1f}"
-
-        b512 = "-"
-        if ranking:
-            b = [budget_scores(q.excerpts, q.corpus_id, [ix.raw(i) for i in ranking(qi)[:60]],
-                               [ix.ends(i) for i in ranking(qi)[:60]], 512)["recall"]
-                 for qi, q in enumerate(ix.questions)]  # fmt: skip
-            b512 = f"{100 * np.mean(b):.1f}"
-        cells = [ri([r for r in rows if r["c"] == c]) for c in corpora]
-        parts = [ri([r for r, t in zip(rows, tmpl, strict=True) if t == want]) for want in (True, False)]
-        lines.append("| " + " | ".join([name, ri(rows), b512, *(parts if split else []), *cells]) + " |")
-    return "\n".join(lines)
+def complete_sections(ix: Index, ranking: list[int], share: float) -> list[int]:
+    """The section rule of the SQL search applied while the budget fills: once a section's chunks read so far
+    cover `share` of it, the rest of its chunks follow at once (in document order), counted in the budget."""
+    by_sec: dict[int, list[int]] = defaultdict(list)
+    for i, r in enumerate(ix.rows):
+        by_sec[r[4]].append(i)
+    out, seen = [], set()
+    for i in ranking:
+        if i in seen:
+            continue
+        seen.add(i)
+        out.append(i)
+        sec = ix.rows[i][4]
+        ss, se = ix.rows[i][6:8]
+        got = sum(ix.rows[j][3] - ix.rows[j][2] for j in by_sec[sec] if j in seen)
+        if se > ss and got / (se - ss) >= share:
+            for j in by_sec[sec]:
+                if j not in seen:
+                    seen.add(j)
+                    out.append(j)
+    return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_set_option(ap)
-    ap.add_argument("--spec", default="default", help="The configuration whose chunks are ranked.")
-    a = ap.parse_args()
-    ix = Index(a.qset, a.spec, Settings())
-    k = 5
-
-    def top(
-        rank: Callable[[int], list[int]],
-    ) -> tuple[Callable[[int], list[Retrieved]], Callable[[int], list[int]]]:
-        return (lambda qi: [ix.raw(i) for i in rank(qi)[:k]]), rank
-
-    cov = ix.coverage
-    variants = {
-        "vector (exact)": top(ix.vector),
-        "full text (BM25)": top(ix.fulltext),
-        "rrf (k 60)": top(ix.rrf),
-        "BM25 x IDF coverage of its top hit": top(lambda qi: ix.fused(qi, bm25_weight=cov)),
-        "BM25 x IDF coverage, best of top 5": top(lambda qi: ix.fused(qi, bm25_weight=lambda q: cov(q, 5))),
-        "BM25 x min(1, 2 x coverage)": top(lambda qi: ix.fused(qi, bm25_weight=lambda q: 2 * cov(q))),
-        "BM25 x min(1, 1.5 x coverage)": top(lambda qi: ix.fused(qi, bm25_weight=lambda q: 1.5 * cov(q))),
-        "BM25 x coverage^0.5": top(lambda qi: ix.fused(qi, bm25_weight=lambda q: cov(q) ** 0.5)),
-        "rrf, BM25 x coverage": top(lambda qi: ix.rrf(qi, wb=cov(qi))),
-        "convex fusion, alpha 0.5 (the SQL default)": top(ix.fused),
-        "alpha 0.4": top(lambda qi: ix.fused(qi, alpha=0.4)),
-        "alpha 0.6": top(lambda qi: ix.fused(qi, alpha=0.6)),
-        "z-score scaling": top(lambda qi: ix.fused(qi, scale="z")),
-        "query-adaptive weights (top-score gap)": top(lambda qi: ix.fused(qi, adaptive=True)),
-        "best neighbour's score x 0.2 added": top(lambda qi: ix.fused(qi, neighbour=0.2)),
-        "section whole when 2/3 retrieved": (lambda qi: ix.sections(ix.fused(qi), k), None),
-        "section whole when 1/2 retrieved": (lambda qi: ix.sections(ix.fused(qi), k, 1 / 2), None),
-        "section whole when 3/4 retrieved": (lambda qi: ix.sections(ix.fused(qi), k, 3 / 4), None),
-        "neighbours merged, 5 spans": (lambda qi: ix.merged(ix.fused(qi), k), None),
-    }
-    print(table(ix, variants))
+# ------------------------------------------------------------------- the SQL's own candidates
 
 
-if __name__ == "__main__":
-    main()
+@dataclass
+class Query:
+    """What the SQL gave for one question: both candidate lists and the full-text facts of the query."""
+
+    vec: list[tuple[int, float]]  # (row, cosine similarity), best first
+    fts: list[tuple[int, float]]  # (row, BM25), best first
+    sims: dict[int, float]  # cosine similarity of every candidate
+    idf: dict[str, float]  # the query's lexemes in the collection, with their IDF
+    n_lexemes: int  # all of the query's lexemes (in the collection or not)
+    held: dict[int, set[str]] = field(default_factory=dict)  # full-text candidate -> query lexemes it holds
+    language: str = ""  # the query's language (CLD2), '' when unreliable
+
+
+class Replay(Index):
+    """A set's kept collection (chunks in document order) and each question's candidates, from the SQL."""
+
+    def __init__(self, qset: str, settings: Settings, *, refresh: bool = False) -> None:  # noqa: PLR0915
+        self.qset = qset
+        self.corpora, self.questions, _ = load_set(qset)
+        name = f"_fusion_{qset}"
+        cache = settings.data_dir / f"fusion-{qset}.pkl"
+        self._ends: dict[int, list[int]] = {}
+        self._cl100k = counter("cl100k_base")
+        if cache.exists() and not refresh:  # plain data (a pickled class would depend on how this was run)
+            self.rows, texts, self.languages, queries = pickle.loads(cache.read_bytes())
+            self.queries = [Query(**q) for q in queries]
+        else:
+            self.rows, texts, self.languages, self.queries = self._fetch(name, settings)
+            queries = [asdict(q) for q in self.queries]
+            cache.write_bytes(pickle.dumps((self.rows, texts, self.languages, queries)))
+        self.pos = {r[0]: i for i, r in enumerate(self.rows)}
+        with db.connection(db.database_url(settings)) as conn:  # each chunk's language (chunks.language)
+            lang = dict(conn.execute("SELECT id, language FROM chunks WHERE id = ANY(%s)",
+                                     ([r[0] for r in self.rows],)).fetchall())  # fmt: skip
+        self.chunk_language = [lang.get(r[0], "") for r in self.rows]
+        self.corpus_of = {u: Path(u).stem for u in texts}
+        self.maps = {u: ev.OffsetMap(self.corpora[self.corpus_of[u]].text, t, u) for u, t in texts.items()}
+
+    def _fetch(self, name: str, settings: Settings) -> tuple[list, dict, list[str], list[Query]]:
+        from pipeline.language import detect
+
+        url = db.database_url(settings)
+        with db.connection(url) as conn:
+            have = conn.execute("SELECT 1 FROM collections WHERE name = %s", (name,)).fetchone()
+        if not have:
+            ev.pipeline_indexer(ev.parse_config("default"), self.corpora, settings)(name)
+        qv = ev.embed_questions(self.questions, settings)
+        queries = []
+        with db.connection(url) as conn:
+            rows = conn.execute(
+                """SELECT c.id, d.source_uri, c.char_start, c.char_end, c.section_id, c.text, s.char_start,
+                          s.char_end
+                   FROM chunks c JOIN documents d ON d.id = c.document_id JOIN sections s ON s.id = c.section_id
+                   JOIN collections col ON col.id = c.collection_id
+                   WHERE col.name = %s AND d.deleted_at IS NULL ORDER BY d.source_uri, c.char_start""",
+                (name,),
+            ).fetchall()
+            pos = {r[0]: i for i, r in enumerate(rows)}
+            texts = dict(conn.execute(
+                """SELECT d.source_uri, d.normalized_text FROM documents d
+                   JOIN collections col ON col.id = d.collection_id WHERE col.name = %s""", (name,),
+            ).fetchall())  # fmt: skip
+            (langs,) = conn.execute("SELECT languages FROM collections WHERE name = %s", (name,)).fetchone()
+            for q, v in zip(self.questions, qv, strict=True):
+                vec = conn.execute(
+                    "SELECT chunk_id, 1 - dist FROM chunkyard_vector_candidates(%s, %s, %s) ORDER BY dist, chunk_id",
+                    (name, v, CANDIDATES),
+                ).fetchall()
+                fts = conn.execute(
+                    "SELECT chunk_id, score FROM chunkyard_fulltext_search(%s, %s, %s)", (name, q.text, CANDIDATES)
+                ).fetchall()
+                ids = sorted({c for c, _ in vec} | {c for c, _ in fts})
+                sims = dict(conn.execute(
+                    "SELECT chunk_id, 1 - dist FROM chunkyard_vector_distances(%s, %s, %s)", (name, v, ids)
+                ).fetchall())  # fmt: skip
+                lex = conn.execute("SELECT chunkyard_query_lexemes(%s, %s)", (q.text, langs)).fetchone()[0]
+                idf = dict(conn.execute(
+                    """SELECT t.lexeme, ln(1 + (greatest(col.fts_chunks, t.df) - t.df + 0.5) / (t.df + 0.5))
+                       FROM fts_terms t JOIN collections col ON col.id = t.collection_id
+                       WHERE col.name = %s AND t.df > 0 AND t.lexeme = ANY (%s)""",
+                    (name, lex),
+                ).fetchall())  # fmt: skip
+                held = {pos[c]: set(ws) & set(idf) for c, ws in conn.execute(
+                    "SELECT id, tsvector_to_array(tsv) FROM chunks WHERE id = ANY(%s)", ([c for c, _ in fts],)
+                ).fetchall()}  # fmt: skip
+                lang, reliable, _ = detect(q.text)
+                queries.append(Query(
+                    vec=[(pos[c], float(s)) for c, s in vec], fts=[(pos[c], float(s)) for c, s in fts],
+                    sims={pos[c]: float(s) for c, s in sims.items()}, idf={w: float(x) for w, x in idf.items()},
+                    n_lexemes=len(lex), held=held, language=lang if reliable else "",
+                ))  # fmt: skip
+            conn.commit()
+        return rows, texts, list(langs), queries
+
+    # ----------------------------------------------------------------------------------- scoring
+
+    def at_k(self, qi: int, ranking: list[int], k: int = 5) -> dict:
+        """Scores at k as the SQL search answers (a section at least half retrieved comes back whole)."""
+        q = self.questions[qi]
+        return question_scores(q.excerpts, q.corpus_id, self.sections(ranking, k, 0.5))
+
+    def at_budget(self, qi: int, ranking: list[int], budget: int) -> dict:
+        """Scores at a budget as chunkyard_context packs it (a section completed once half of it is read)."""
+        q = self.questions[qi]
+        packed = complete_sections(self, ranking, 0.5)
+        out, spent = [], 0
+        for i in packed:  # only as many chunks as the budget can read
+            out.append(i)
+            spent += len(self.ends(i))
+            if spent >= budget:
+                break
+        return budget_scores(q.excerpts, q.corpus_id, [self.raw(i) for i in out], [self.ends(i) for i in out],
+                             budget)  # fmt: skip

@@ -1,6 +1,6 @@
 """Language detectors side by side on the multilingual dev set's pages and paragraphs (docs/languages.md).
 
-    CHUNKYARD_MULTILINGUAL_DIR=/tmp/mlpages python bench/language_detectors.py
+    CHUNKYARD_MULTILINGUAL_DIR=/tmp/mlpages python -m bench.experiments.language_detectors
 
 Pages and their prose paragraphs of at least 80 characters (code, URLs and tags taken out by
 `pipeline.language.prose`, as the pipeline does), each labelled with its folder's language; accuracy,
@@ -9,15 +9,14 @@ throughput and model load time of pycld2 (what the pipeline uses), py3langid and
 
 from __future__ import annotations
 
-import os
+import argparse
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pipeline.language import _code, prose  # noqa: E402
+from bench.common import shared_data
+from pipeline.language import _code, prose
 
 LANGS = ("en", "de", "es", "ru", "zh")
 
@@ -62,9 +61,10 @@ def detectors() -> list[tuple[str, Callable[[str], str], float]]:
 
 
 def main() -> None:
-    root = Path(os.environ.get("CHUNKYARD_MULTILINGUAL_DIR", Path(__file__).resolve().parents[2] / "shared" / "bench" / "multilingual"))
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    root = shared_data("multilingual", "CHUNKYARD_MULTILINGUAL_DIR")
     if not (root / "en").is_dir():
-        sys.exit(f"no pages in {root}: python bench/devsets.py fetch-multilingual DEST, then CHUNKYARD_MULTILINGUAL_DIR=DEST")
+        sys.exit(f"no pages in {root}: python -m bench.devsets fetch-multilingual DEST, then CHUNKYARD_MULTILINGUAL_DIR=DEST")
     sets = samples(root)
     print("| detector | set | n | right | MB/s | model load (s) |\n| --- | --- | ---: | ---: | ---: | ---: |")
     for name, fn, load in detectors():

@@ -1,7 +1,7 @@
 """How far chunkyard's English sentence splitter agrees with pysbd on the Chroma corpora.
 
-    python bench/sentences_vs_pysbd.py                  # counts per corpus and 10 disagreements
-    python bench/sentences_vs_pysbd.py --examples 40 --seed 3
+    python -m bench.experiments.sentences_vs_pysbd                  # counts per corpus and 10 disagreements
+    python -m bench.experiments.sentences_vs_pysbd --examples 40 --seed 3
 
 Every corpus is normalized as bench/chunkers.py does (sections of at most 1024 cl100k tokens); both
 splitters see one section at a time. A boundary is where a sentence starts, whitespace (and escaped line
@@ -17,16 +17,12 @@ from __future__ import annotations
 import argparse
 import random
 import re
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.chunkers import CORPORA, load_corpus, table  # noqa: E402
-from pipeline.chunkers import sentence  # noqa: E402
-from pipeline.tokens import seed_tiktoken_cache  # noqa: E402
+from bench.common import CORPORA, chroma_dir, load_corpus, table
+from pipeline.chunkers import sentence
+from pipeline.tokens import seed_tiktoken_cache
 
 #: What may lie between two boundaries that count as one: whitespace and escaped line breaks ("\\n" in a
 #: chat log's dump), which either side may keep with the sentence before.
@@ -56,7 +52,7 @@ def show(text: str, at: int, width: int = 70) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "bench" / "chroma")
+    ap.add_argument("--data", type=Path, default=chroma_dir())
     ap.add_argument(
         "--examples", type=int, default=10, help="Disagreements to print (half missed, half extra)."
     )

@@ -1,6 +1,6 @@
 """Experiment: embed each chunk with its neighbouring text, score only the chunk's own span.
 
-    python bench/eval_window.py -s 'recursive:size=128,overlap=0,context=false' --side 0 --side 64 --fill
+    python -m bench.experiments.eval_window -s 'recursive:size=128,overlap=0,context=false' --side 0 --side 64 --fill
 
 Chunks come from chunkyard's own chunker (normalize + router, as `run_ingest` makes them); the embedded
 text of a span grows by up to N model word pieces on each side (`--fill`: as much as the model reads).
@@ -13,20 +13,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from eval_chroma import data_dir, published, reference_points  # noqa: E402
-
-from pipeline import evaluate as ev  # noqa: E402
-from pipeline.chunkers.router import Router  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
-from pipeline.normalize import normalize  # noqa: E402
-from pipeline.sources import SourceFile, source_uri  # noqa: E402
-from pipeline.tokens import hf_tokenizer, model_max_tokens  # noqa: E402
+from bench.common import chroma_dir, result_path
+from bench.eval_chroma import published, reference_points
+from pipeline import evaluate as ev
+from pipeline.chunkers.router import Router
+from pipeline.config import Settings
+from pipeline.normalize import normalize
+from pipeline.sources import SourceFile, source_uri
+from pipeline.tokens import hf_tokenizer, model_max_tokens
 
 
 def chunk_spans(cfg: ev.EvalConfig, corpora: dict[str, ev.Corpus]) -> dict[str, list[ev.Span]]:
@@ -68,7 +63,7 @@ def main() -> None:
     ap.add_argument("--name", default="window")
     ap.add_argument("-k", type=int, default=5)
     a = ap.parse_args()
-    data = data_dir()
+    data = chroma_dir()
     settings = Settings()
     corpora = ev.load_corpora(data / "corpora")
     questions = ev.load_questions(data / "questions_df.csv", corpora)
@@ -77,7 +72,7 @@ def main() -> None:
     spans = chunk_spans(cfg, corpora)
     sides: list[int | None] = [*a.side, *([None] if a.fill else [])]
     results: list[dict] = []
-    out = ROOT / "bench" / "results" / a.name
+    out = result_path(a.name)
     for side in sides:
         t0 = time.perf_counter()
         label = f"{cfg.label} window={'fill' if side is None else side}"

@@ -1,8 +1,8 @@
 """What the full-text half of hybrid search would find if it also read each chunk's context (offline).
 
-    python bench/fts_context.py --set fastapi-qa                       # default profile, all FTS variants
-    python bench/fts_context.py --set chroma --a 'markdown:size=144,overlap=0,keep_whole=256,context=path'
-    python bench/fts_context.py --set fastapi-qa --perq                # which questions change, per variant
+    python -m bench.experiments.fts_context --set fastapi-qa                       # default profile, all FTS variants
+    python -m bench.experiments.fts_context --set chroma --a 'markdown:size=144,overlap=0,keep_whole=256,context=path'
+    python -m bench.experiments.fts_context --set fastapi-qa --perq                # which questions change, per variant
 
 Written when the SQL indexed only a chunk's own text for BM25; since migration 010 it indexes the title and
 heading path with it (chunks.search_context), the "+path" variant below, which this measured first. The
@@ -25,24 +25,18 @@ the stored chunks by offsets. Peers (peer:NAME) have no headings; use a pipeline
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from budget_gap import BUDGETS, load, score  # noqa: E402
-from eval_chroma import load_set  # noqa: E402
-
-from pipeline import db  # noqa: E402
-from pipeline import evaluate as ev  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
-from pipeline.evaluate.metrics import question_scores  # noqa: E402
+from bench.eval_chroma import load_set
+from bench.experiments.budget_gap import BUDGETS, load, score
+from pipeline import db
+from pipeline import evaluate as ev
+from pipeline.config import Settings
+from pipeline.evaluate.metrics import question_scores
 
 CAND = 50
 PREV = 300  # characters of the previous chunk in "+path+prev"

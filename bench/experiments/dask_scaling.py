@@ -5,7 +5,7 @@ embedded Postgres (or --database-url, whose embedding cache is emptied!). Cluste
 worker's model load are timed apart from the run (`startup`), so `wall` is the ingest itself.
 Torch threads per worker default to cores // workers (Dask's own default would be one).
 
-    python bench/dask_scaling.py [CORPUS] [--workers 1 2] [--files a.md b.md] [--torch-threads N]
+    python -m bench.experiments.dask_scaling [CORPUS] [--workers 1 2] [--files a.md b.md] [--torch-threads N]
 
 CORPUS defaults to ../shared/bench/chroma/corpora (relative to the repository root).
 """
@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from prefect_overhead import DEFAULT_CORPUS, corpus_files, database, reset  # noqa: E402
+from bench.experiments.prefect_overhead import DEFAULT_CORPUS, corpus_files, database, reset
 
 
 def warm_up() -> int:

@@ -1,10 +1,10 @@
 """Why one configuration trails another at a token budget, question by question; and ranking/packing variants.
 
-    python bench/budget_gap.py gap                                    # default vs semchunk at 254 word pieces
-    python bench/budget_gap.py gap --budget 512 --show 20 --b 'peer:semchunk-cl100k-200'
-    python bench/budget_gap.py gap --complete 0.5                     # A packed with sections completed at 1/2
-    python bench/budget_gap.py variants                               # ranking/packing variants, default's chunks
-    python bench/budget_gap.py variants --a 'markdown:size=144,overlap=0,keep_whole=384'
+    python -m bench.experiments.budget_gap gap                                    # default vs semchunk at 254 word pieces
+    python -m bench.experiments.budget_gap gap --budget 512 --show 20 --b 'peer:semchunk-cl100k-200'
+    python -m bench.experiments.budget_gap gap --complete 0.5                     # A packed with sections completed at 1/2
+    python -m bench.experiments.budget_gap variants                               # ranking/packing variants, default's chunks
+    python -m bench.experiments.budget_gap variants --a 'markdown:size=144,overlap=0,keep_whole=384'
 
 Offline, over kept collections (retrieval_variants.Index: exact vector search, convex fusion exactly as
 `chunkyard_hybrid_search`, embeddings from the cache): a configuration is a pipeline spec or `peer:NAME` (a
@@ -27,23 +27,16 @@ at once (document order), every token counted; the ranking itself is unchanged.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from retrieval_variants import Index  # noqa: E402
-
-from pipeline import db  # noqa: E402
-from pipeline import evaluate as ev  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
-from pipeline.evaluate.metrics import Retrieved, budget_scores, question_scores, within_budget  # noqa: E402
+from bench.replay import Index, complete_sections
+from pipeline import db
+from pipeline import evaluate as ev
+from pipeline.config import Settings
+from pipeline.evaluate.metrics import Retrieved, budget_scores, question_scores, within_budget
 
 BUDGETS = (256, 512, 1024, 2048)
 DEFAULT = "default"
@@ -54,13 +47,13 @@ def load(qset: str, spec: str, settings: Settings) -> Index:
     if spec.startswith("peer:"):
         import hashlib
 
-        from peers import PEERS, locate_chunks
+        from bench.peers import PEERS, locate_chunks
 
         name = f"_variants_{qset}_" + hashlib.sha256(spec.encode()).hexdigest()[:8]
         with db.connection(db.database_url(settings)) as conn:
             have = conn.execute("SELECT 1 FROM collections WHERE name = %s", (name,)).fetchone()
         if not have:
-            from eval_chroma import load_set
+            from bench.eval_chroma import load_set
 
             corpora, _, _ = load_set(qset)
             peer = spec.removeprefix("peer:")
@@ -322,28 +315,6 @@ def merge_close(ix: Index, qi: int, ratio: float) -> list[int]:
     ranking = sorted(sc, key=lambda i: (-sc[i], i))
     return _follow(ix, ranking, lambda i, n: n in sc and sc[n] >= ratio * sc[i])
 
-
-def complete_sections(ix: Index, ranking: list[int], share: float) -> list[int]:
-    """The section rule of the SQL search applied while the budget fills: once a section's chunks read so far
-    cover `share` of it, the rest of its chunks follow at once (in document order), counted in the budget."""
-    by_sec: dict[int, list[int]] = defaultdict(list)
-    for i, r in enumerate(ix.rows):
-        by_sec[r[4]].append(i)
-    out, seen = [], set()
-    for i in ranking:
-        if i in seen:
-            continue
-        seen.add(i)
-        out.append(i)
-        sec = ix.rows[i][4]
-        ss, se = ix.rows[i][6:8]
-        got = sum(ix.rows[j][3] - ix.rows[j][2] for j in by_sec[sec] if j in seen)
-        if se > ss and got / (se - ss) >= share:
-            for j in by_sec[sec]:
-                if j not in seen:
-                    seen.add(j)
-                    out.append(j)
-    return out
 
 
 def variants(ix: Index, budgets=BUDGETS, only: list[str] | None = None) -> None:

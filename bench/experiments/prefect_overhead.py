@@ -6,7 +6,7 @@ timing, so all modes pay the same. Also measured: the cost of one task, and the 
 Tasks run in worker threads, where torch embeds a little faster than in the main thread, so plain
 functions are timed both ways and the worker-thread run is the baseline.
 
-    python bench/prefect_overhead.py [CORPUS] [--files a.md b.md] [--repeat 1]
+    python -m bench.experiments.prefect_overhead [CORPUS] [--files a.md b.md] [--repeat 1]
 
 CORPUS defaults to ../shared/bench/chroma/corpora (relative to the repository root).
 """
@@ -23,12 +23,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.common import chroma_dir
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-DEFAULT_CORPUS = ROOT.parent / "shared" / "bench" / "chroma" / "corpora"
+DEFAULT_CORPUS = chroma_dir() / "corpora"
 
 
 @contextmanager

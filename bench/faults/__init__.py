@@ -1,0 +1,1 @@
+"""Faults, races and hostile input against the real CLI and a real Postgres: `python -m bench.faults`."""
