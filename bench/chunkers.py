@@ -32,8 +32,9 @@ from pathlib import Path
 from bench.common import CORPORA, chroma_dir, load_corpus, table, timed
 from pipeline.chunkers import REGISTRY
 from pipeline.config import _ADAPTER
+from pipeline.embed.meta import model_max_tokens
 from pipeline.model import Document
-from pipeline.tokens import counter, model_max_tokens, seed_tiktoken_cache, tiktoken_encoding
+from pipeline.tokens import counter, seed_tiktoken_cache, tiktoken_encoding
 
 #: Strategies whose run is dominated by something else than chunking get fewer repeats by default.
 SLOW = {"semantic", "chonkie-recursive-limit"}

@@ -170,7 +170,8 @@ def langchain_steps(data: Path, work: Path, *, with_start_index: bool, real: boo
     from pipeline.chunkers.router import Router
     from pipeline.config import Profile
     from pipeline.normalize import normalize
-    from pipeline.sources import discover, read_bytes
+    from pipeline.reading import read_bytes
+    from pipeline.sources import discover
 
     emb = CountingEmbeddings(real=real)
     Embeddings.register(CountingEmbeddings)

@@ -95,7 +95,7 @@ def embedded_texts(url: str, collection: str) -> list[str]:
 def model_alone(texts: list[str], backend: str, data: Path, batch: int) -> tuple[float, float]:
     """Seconds to load the model and to encode `texts` in batches of `batch`, outside the pipeline."""
     from pipeline.config import Settings
-    from pipeline.tokens import model_path
+    from pipeline.embed.meta import model_path
 
     t0 = time.perf_counter()
     if backend == "torch":

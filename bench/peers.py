@@ -34,7 +34,8 @@ from bench.eval_chroma import (
 )
 from pipeline import evaluate as ev
 from pipeline.config import Settings
-from pipeline.tokens import model_path, seed_tiktoken_cache, tiktoken_encoding
+from pipeline.embed.meta import model_path
+from pipeline.tokens import seed_tiktoken_cache, tiktoken_encoding
 
 Splitter = Callable[[str], list[str]]
 

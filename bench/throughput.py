@@ -45,7 +45,7 @@ PARTS = ("embed", "recall", "startup", "server", "rss")
 def chroma_chunks(limit: int) -> list[str]:
     """What the default profile embeds for the Chroma corpora, evenly sampled down to `limit` chunks."""
     from pipeline.config import DEFAULT_MODEL, Profile
-    from pipeline.stages import preview_chunks
+    from pipeline.jobs import preview_chunks
 
     texts = []
     for p in sorted((CHROMA / "corpora").glob("*.md")):

@@ -18,7 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pipeline.config import Profile
 from pipeline.model import RunKind
 
-#: Bytes of changed files per batch. Measured (bench/prefect_overhead.py): a task costs Prefect 0.01-0.15 s
+#: Bytes of changed files per batch. Measured (bench/experiments/prefect_overhead.py): a task costs Prefect 0.01-0.15 s
 #: and a flow run about 1.2 s, while embedding 256 KiB of text takes 30-60 s on 2 CPU cores (about a second
 #: on a GPU), so overhead stays under 5%, and a corpus still splits into enough tasks to keep workers busy.
 BATCH_BYTES = 256 * 1024

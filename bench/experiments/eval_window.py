@@ -19,9 +19,10 @@ from bench.eval_chroma import published, reference_points
 from pipeline import evaluate as ev
 from pipeline.chunkers.router import Router
 from pipeline.config import Settings
+from pipeline.embed.meta import model_max_tokens
 from pipeline.normalize import normalize
 from pipeline.sources import SourceFile, source_uri
-from pipeline.tokens import hf_tokenizer, model_max_tokens
+from pipeline.tokens import hf_tokenizer
 
 
 def chunk_spans(cfg: ev.EvalConfig, corpora: dict[str, ev.Corpus]) -> dict[str, list[ev.Span]]:

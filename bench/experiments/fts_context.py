@@ -18,7 +18,7 @@ Variants of the full-text document of a chunk:
   +path       - the document title and the chunk's full heading path, and its text;
   +heading    - the nearest heading (when not in the text already), and its text;
   +path+prev  - as +path, with the last 300 characters of the document's previous chunk before the text.
-Contexts come from the pipeline's own chunker (`stages.preview_chunks` over the staged corpora), matched to
+Contexts come from the pipeline's own chunker (`jobs.preview_chunks` over the staged corpora), matched to
 the stored chunks by offsets. Peers (peer:NAME) have no headings; use a pipeline spec.
 """
 
@@ -44,7 +44,7 @@ PREV = 300  # characters of the previous chunk in "+path+prev"
 
 def contexts(qset: str, spec: str, settings: Settings) -> dict[tuple[str, int, int], tuple[str, str, str]]:
     """(corpus id, start, end) of each chunk -> (embedded context, title + full heading path, nearest heading)."""
-    from pipeline.stages import preview_chunks
+    from pipeline.jobs import preview_chunks
 
     cfg = ev.parse_config(spec)
     corpora, _, _ = load_set(qset)

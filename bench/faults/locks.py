@@ -16,7 +16,7 @@ def _wide_model(folder: Path) -> str:
     from sentence_transformers import SentenceTransformer, models
 
     from pipeline.config import DEFAULT_MODEL
-    from pipeline.tokens import model_path
+    from pipeline.embed.meta import model_path
 
     base = SentenceTransformer(model_path(DEFAULT_MODEL), device="cpu")
     torch.manual_seed(0)

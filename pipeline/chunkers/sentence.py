@@ -19,7 +19,7 @@ dumped JSON), unless the next sentence would start in lower case. A full stop en
 
 and decimals ("3.50") never match, having no space after the point. Every line break ends a sentence,
 unless the next line starts in lower case (a wrapped sentence): pysbd cut at every line break, and
-chunkyard joined a sentence that starts in lower case to the one before. `bench/sentences_vs_pysbd.py`
+chunkyard joined a sentence that starts in lower case to the one before. `bench/experiments/sentences_vs_pysbd.py`
 counts how far these boundaries agree with pysbd's and shows where they differ.
 
 Other languages go to pysbd (rule-based, offline, 22 languages including de, zh and ja; it knows "z. B.",

