@@ -22,6 +22,7 @@ from pipeline.chunkers.pack import enforce
 from pipeline.chunkers.spans import Fits
 from pipeline.chunkers.view import SectionView
 from pipeline.config import DEFAULT_MODEL, DEFAULT_SEPARATORS
+from pipeline.embed.meta import model_max_tokens
 from pipeline.model import Chunk, Document, Section, Span
 from pipeline.tokens import (
     Counter,
@@ -30,7 +31,6 @@ from pipeline.tokens import (
     SpanIndexer,
     counter,
     model_counter,
-    model_max_tokens,
     span_indexer,
 )
 
