@@ -1,7 +1,7 @@
 """The `chunkyard` command: a thin layer over pipeline/ and flows/ (parse options, call, print).
 
 This module holds the app, the shared options, the run commands and the entry point; `query` holds
-search, status, chunk and eval, `admin` the db and server sub-commands.
+search, status, chunk and eval, `admin` the db and server sub-commands, `schedule` serve.
 """
 
 from __future__ import annotations
@@ -128,14 +128,24 @@ def _run(call: Callable[[console.Bars], dict], *, as_json: bool) -> None:
     raise typer.Exit(EXIT_FAILED_FILES if result["errors"] else EXIT_OK)
 
 
-def _flow(name: str, params: dict, *, workers: int = 0, dask_address: str | None = None):
-    """A call that runs a Prefect flow here (its runs show in the UI when PREFECT_API_URL is set)."""
+def _flow(
+    name: str, params: dict, *, workers: int = 0, dask_address: str | None = None, prefect: bool | None = None
+):
+    """A call that runs a flow: a Prefect flow run on the server flows.server.where picks, or (no server,
+    `prefect` not True) the same work in this process without Prefect."""
 
     def call(bars: console.Bars) -> dict:
-        from flows import quiet_console
-        from flows.server import preset_api_url
+        from flows.server import preset_api_url, where
 
-        preset_api_url()  # the local server, if one runs: set before Prefect is imported (it reads it once)
+        s = _settings()
+        dask = bool(workers or dask_address or s.dask_workers or s.dask_address)
+        server = where(s.data_dir, prefect=prefect, dask=dask)
+        if not server.prefect:
+            from pipeline.cli.here import run_here
+
+            return run_here(name, params, bars)
+        preset_api_url(server)  # set before Prefect is imported (it reads it once)
+        from flows import quiet_console
         from flows.run import run_flow
 
         _preflight(
@@ -209,8 +219,12 @@ def ingest(
         bool, typer.Option(help="Mark vanished files deleted instead of deleting.")
     ] = False,
     prefect: Annotated[
-        bool, typer.Option(help="Run as a Prefect flow (default) or as plain functions.")
-    ] = True,
+        bool | None,
+        typer.Option(
+            help="A Prefect flow run (default when PREFECT_API_URL or `chunkyard server start` gives a server; "
+            "--prefect without one starts a temporary server) or plain functions here."
+        ),
+    ] = None,
     follow_external_links: FollowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -224,15 +238,7 @@ def ingest(
         "soft_delete": soft_delete,
         "follow_external_links": follow_external_links,
     }
-    if prefect:
-        _run(_flow("ingest", params | {"profile": prof.as_json()}), as_json=as_json)
-
-    def plain(bars: console.Bars) -> dict:
-        from pipeline.ingest import run_ingest
-
-        return run_ingest(**params, profile=prof, progress=bars).summary(collection)
-
-    _run(plain, as_json=as_json)
+    _run(_flow("ingest", params | {"profile": prof.as_json()}, prefect=prefect), as_json=as_json)
 
 
 @app.command()
@@ -322,59 +328,6 @@ def prune_cmd(
     _run(_flow("prune", params), as_json=as_json)
 
 
-@app.command()
-def serve(
-    paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders to re-ingest.")] = None,
-    collection: CollectionOpt = "default",
-    every: Annotated[str | None, typer.Option(help="Interval: 30s, 15m, 1h30m, 1d.")] = None,
-    cron: Annotated[str | None, typer.Option(help="Cron schedule, e.g. '*/15 * * * *'.")] = None,
-    name: Annotated[str | None, typer.Option(help="Deployment name (default ingest-COLLECTION).")] = None,
-    sources: Annotated[
-        Path | None, typer.Option(help="TOML file of [[source]] (ingest) and [[eval]] tables (every|cron).")
-    ] = None,
-    profile: ProfileOpt = None,
-    strategy: StrategyOpt = None,
-    param: ParamOpt = None,
-    prune: Annotated[bool, typer.Option(help="Delete rows of files gone from the folders.")] = True,
-    workers: _Workers = 0,
-    dask_address: _DaskAddress = None,
-) -> None:
-    """Re-ingest sources on a schedule (`chunkyard serve ./docs --every 15m`) until interrupted."""
-    from pydantic import ValidationError
-
-    from flows import serve as scheduling
-    from flows.runners import task_runner
-
-    if sources is not None:
-        if paths:
-            raise ConfigError("give paths or --sources, not both")
-        schedules = scheduling.load_schedules(sources)
-    elif not paths:
-        raise ConfigError("nothing to serve: give paths (with --every or --cron) or --sources FILE")
-    else:
-        try:
-            schedules = [
-                scheduling.Schedule(
-                    paths=[str(p) for p in paths],
-                    collection=collection,
-                    every=every,
-                    cron=cron,
-                    prune=prune,
-                    name=name,
-                )
-            ]
-        except ValidationError as exc:
-            raise ConfigError(
-                "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-            ) from exc
-    prof = _profile(profile, strategy, param) if (profile or strategy) else None
-    s = _settings()
-    runner = None
-    if workers or dask_address or s.dask_workers or s.dask_address:
-        runner = task_runner(workers=workers or s.dask_workers, address=dask_address or s.dask_address)
-    scheduling.serve(schedules, task_runner=runner, profile=prof)
-
-
 # ---------------------------------------------------------------------------------------- entry
 
 
@@ -415,11 +368,12 @@ def _interrupted(e: Interrupted) -> None:
     """A signal ended the command: the run's row is already marked crashed (its `with Run` block saw the
     exception); stop the Prefect server this command started, print one line, exit 128 + the signal."""
     from flows import stop_own_servers
-    from pipeline.cli.signals import documents_stored, exit_now
+    from pipeline.cli.signals import documents_stored, exit_now, note
 
     stored = documents_stored()
     what = f"{stored} documents stored" if stored is not None else "what was committed stays"
-    err.print(f"interrupted by {e.name}; {what}, run it again to resume", highlight=False, soft_wrap=True)
+    line = note() or f"{what}, run it again to resume"
+    err.print(f"interrupted by {e.name}; {line}", highlight=False, soft_wrap=True)
     stop_own_servers()
     exit_now(e.exit_code)
 
@@ -450,4 +404,4 @@ def _one_line(e: BaseException) -> str:
 
 
 # The other commands register on `app` when their modules are imported (they import `app` from here).
-from pipeline.cli import admin, query, ui  # noqa: E402,F401
+from pipeline.cli import admin, query, schedule, ui  # noqa: E402,F401
