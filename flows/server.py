@@ -94,17 +94,32 @@ def where(data_dir: Path, *, prefect: bool | None = None, dask: bool = False) ->
     `prefect` False (--no-prefect): plain functions here. Else the server PREFECT_API_URL names, else the
     local one while it answers. With neither, a run needs Prefect only when asked (--prefect) or to reach
     Dask workers: a temporary server then; otherwise it runs here, as --no-prefect does, in a second or two
-    instead of the ~20 s a temporary server costs each command (its run would vanish with it anyway: the
-    ledger in Postgres is the record either way). `chunkyard server start` once makes every later run a
-    Prefect flow run on it.
+    instead of the ~20 s a temporary server costs each command (the run's row in Postgres records it either
+    way). `chunkyard server start` once makes every later run a Prefect flow run on it.
     """
     if prefect is False:
         return Where("here")
-    if url := os.environ.get("PREFECT_API_URL"):
+    if url := os.environ.get("PREFECT_API_URL") or _profile_api_url():
         return Where("configured", url)
     if url := live_url(data_dir):
         return Where("local", url)
     return Where("temporary") if prefect or dask else Where("here")
+
+
+def _profile_api_url() -> str | None:
+    """PREFECT_API_URL of the active Prefect profile (`prefect config set PREFECT_API_URL=...`), read without
+    importing Prefect."""
+    import tomllib
+
+    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+    path = Path(os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    active = os.environ.get("PREFECT_PROFILE") or doc.get("active") or "ephemeral"
+    url = (doc.get("profiles") or {}).get(active, {}).get("PREFECT_API_URL")
+    return str(url) if url else None
 
 
 def preset_api_url(w: Where) -> None:

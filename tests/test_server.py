@@ -87,12 +87,17 @@ def answering(tmp_path):
 
 def test_one_place_decides_which_server_a_command_uses(tmp_path, answering, monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_PROFILES_PATH", str(tmp_path / "no-profiles.toml"))
     empty = tmp_path / "none"
     assert server.where(empty) == server.Where("here")  # no server: no temporary one either
     assert server.where(empty, prefect=True) == server.Where("temporary")  # --prefect asks for one
     assert server.where(empty, dask=True) == server.Where("temporary")  # Dask workers report to Prefect
     assert server.where(tmp_path) == server.Where("local", answering)  # `chunkyard server start`'s
     assert server.where(tmp_path, prefect=False) == server.Where("here")  # --no-prefect wins
+    profiles = tmp_path / "profiles.toml"  # `prefect config set PREFECT_API_URL=...` writes it
+    profiles.write_text('active = "team"\n[profiles.team]\nPREFECT_API_URL = "http://team.example/api"\n')
+    monkeypatch.setenv("PREFECT_PROFILES_PATH", str(profiles))
+    assert server.where(empty) == server.Where("configured", "http://team.example/api")
     monkeypatch.setenv("PREFECT_API_URL", "http://prefect.example:4200/api")
     assert server.where(tmp_path) == server.Where("configured", "http://prefect.example:4200/api")
     assert not server.where(tmp_path, prefect=False).prefect

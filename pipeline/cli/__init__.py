@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -113,8 +114,6 @@ _DaskAddress = Annotated[
 
 def _run(call: Callable[[console.Bars], dict], *, as_json: bool) -> None:
     """Run with progress bars, print problems and the summary (or JSON); exit 1 when any file failed."""
-    import os
-
     bars = console.Bars(quiet=as_json)
     with bars.shown():
         result = call(bars)
@@ -131,18 +130,16 @@ def _run(call: Callable[[console.Bars], dict], *, as_json: bool) -> None:
 def _flow(
     name: str, params: dict, *, workers: int = 0, dask_address: str | None = None, prefect: bool | None = None
 ):
-    """A call that runs a flow: a Prefect flow run on the server flows.server.where picks, or (no server,
-    `prefect` not True) the same work in this process without Prefect."""
+    """A call that runs a flow: on the Prefect server flows.server.where picks, or here without Prefect."""
 
     def call(bars: console.Bars) -> dict:
         from flows.server import preset_api_url, where
 
         s = _settings()
-        dask = bool(workers or dask_address or s.dask_workers or s.dask_address)
-        server = where(s.data_dir, prefect=prefect, dask=dask)
+        dask = workers or dask_address or s.dask_workers or s.dask_address  # Dask workers report to Prefect
+        server = where(s.data_dir, prefect=prefect, dask=bool(dask))
         if not server.prefect:
-            from pipeline.cli.here import run_here
-
+            from pipeline.cli.here import run_here  # noqa: I001 - no Prefect on this path
             return run_here(name, params, bars)
         preset_api_url(server)  # set before Prefect is imported (it reads it once)
         from flows import quiet_console
@@ -189,8 +186,6 @@ def _check_model(model: str) -> None:
 
 
 def _debug() -> bool:
-    import os
-
     return bool(os.environ.get("CHUNKYARD_DEBUG"))
 
 
@@ -200,9 +195,7 @@ def _root(
 ) -> None:
     """Document ingestion into Postgres + pgvector."""
     if debug:
-        import os
-
-        os.environ["CHUNKYARD_DEBUG"] = "1"
+            os.environ["CHUNKYARD_DEBUG"] = "1"
 
 
 @app.command()
