@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from flows import own_temporary_server
 from flows.common import outcome
 from flows.runners import task_runner
-from flows.server import live_url
+from flows.server import using, where
 from pipeline.config import Settings
 from pipeline.model import NoProgress, Progress
 from pipeline.run import reporting
@@ -47,33 +44,20 @@ def run_flow(
     settings = Settings()
     workers = workers or settings.dask_workers
     address = address or settings.dask_address or None
-    # the local server of `chunkyard server start`, while it answers; else PREFECT_API_URL or a temporary one
-    api = None if os.environ.get("PREFECT_API_URL") else live_url(settings.data_dir)
-    if address and not (api or os.environ.get("PREFECT_API_URL")):
+    server = where(settings.data_dir, prefect=True, dask=bool(workers or address))
+    if address and server.kind == "temporary":
         log.warning(
             "tasks on the Dask cluster at %s cannot reach this process's temporary Prefect server; "
             "set PREFECT_API_URL to a Prefect server they can reach to see their task runs",
             address,
         )
-    if api is None and not os.environ.get("PREFECT_API_URL"):
+    if server.kind == "temporary":
         own_temporary_server()  # a temporary server will start: mark it ours, stop orphans of killed commands
     flow = get_flow(name)
     if workers or address:
         flow = flow.with_options(task_runner=task_runner(workers=workers, address=address))
-    with reporting(progress or NoProgress()), _api_url(api):
+    with reporting(progress or NoProgress()), using(server.url):
         state = flow(**params, return_state=True)
     result = outcome(state)
     result["flow_run_id"] = str(state.state_details.flow_run_id)
     return result
-
-
-@contextmanager
-def _api_url(url: str | None) -> Iterator[None]:
-    """Prefect's API URL for the flow calls inside this block (None: leave Prefect's own setting)."""
-    if url is None:
-        yield
-        return
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings(updates={PREFECT_API_URL: url}):
-        yield

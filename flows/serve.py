@@ -193,9 +193,52 @@ def eval_deployment(schedule: EvalSchedule) -> Any:
 
 
 def serve(
-    schedules: list[Schedule | EvalSchedule], *, task_runner: Any = None, profile: Profile | None = None
+    schedules: list[Schedule | EvalSchedule],
+    *,
+    task_runner: Any = None,
+    profile: Profile | None = None,
+    api_url: str | None = None,
 ) -> None:
-    """Register the deployments and run their scheduled flow runs here until interrupted."""
+    """Register the deployments on the server at api_url (None: Prefect's setting) and run their scheduled
+    flow runs here until interrupted."""
     import prefect
 
-    prefect.serve(*(deployment(s, task_runner=task_runner, profile=profile) for s in schedules))
+    from flows.server import using
+
+    with using(api_url):
+        names = [s.deployment_name for s in schedules]
+        release_runs(names)  # a serve killed earlier left one: it would hold the concurrency slot for ever
+        deployments = [deployment(s, task_runner=task_runner, profile=profile) for s in schedules]
+        try:
+            prefect.serve(*deployments, print_starting_message=False)
+        finally:  # Ctrl-C: Prefect's runner stops without ending the run it was executing
+            release_runs(names)
+
+
+def release_runs(names: list[str]) -> int:
+    """Mark the running or pending flow runs of these deployments crashed; how many.
+
+    Only `serve` executes its deployments' runs, one at a time (concurrency_limit=1), so one left running when
+    no serve runs is a dead one, and it holds the deployment's concurrency slot: every later scheduled run
+    would wait for it (AwaitingConcurrencySlot) and nothing would run again (issue 26).
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    live = FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING])
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=names)),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=live)),
+        )
+        for run in runs:
+            client.set_flow_run_state(run.id, Crashed(message="its `chunkyard serve` process stopped"))
+    return len(runs)

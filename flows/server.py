@@ -1,9 +1,9 @@
-"""A local Prefect server that outlives a command (`chunkyard server start`), as `db start` does for Postgres.
+"""Which Prefect server a command uses (`where`, the one place that decides), and the local server that
+outlives a command (`chunkyard server start`), as `db start` does for Postgres.
 
-Its state (Prefect's SQLite database, the log) lives in CHUNKYARD_DATA_DIR/prefect, and `server.json` there
-says which process serves which URL. While it answers, every flow-backed command runs its flows against it
-instead of starting a temporary server of its own (10-30 s each); without it, the temporary one stays the
-fallback. This module imports nothing of Prefect: a command checks for the server in milliseconds.
+The local server's state (Prefect's SQLite database, the log) lives in CHUNKYARD_DATA_DIR/prefect, and
+`server.json` there says which process serves which URL. This module imports nothing of Prefect: a command
+checks for a server in milliseconds.
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Literal, NamedTuple
 
+from flows import OWNER_VAR
 from pipeline.errors import ChunkyardError
 
 #: How long `start` waits for the new server to answer its health check.
@@ -72,16 +75,70 @@ def live_url(data_dir: Path) -> str | None:
     return str(info["url"])
 
 
-def preset_api_url() -> None:
-    """Point PREFECT_API_URL at the local server when it runs (and nothing else set it): called before
-    Prefect is imported, since Prefect reads its settings once; subprocesses (Dask workers) inherit it."""
-    if os.environ.get("PREFECT_API_URL"):
-        return
-    from pipeline.config import Settings
+class Where(NamedTuple):
+    """Where a flow-backed command runs, and which Prefect server (if any) records its flow run."""
 
-    url = live_url(Settings().data_dir)
-    if url:
-        os.environ["PREFECT_API_URL"] = url
+    #: configured: PREFECT_API_URL; local: `chunkyard server start`'s; temporary: Prefect's own server for
+    #: this command alone (10-30 s to start); here: plain functions in this process, no Prefect at all.
+    kind: Literal["configured", "local", "temporary", "here"]
+    url: str | None = None
+
+    @property
+    def prefect(self) -> bool:
+        return self.kind != "here"
+
+
+def where(data_dir: Path, *, prefect: bool | None = None, dask: bool = False) -> Where:
+    """The one decision of which Prefect server a command uses (flow-backed commands, `serve`, run_flow).
+
+    `prefect` False (--no-prefect): plain functions here. Else the server PREFECT_API_URL names, else the
+    local one while it answers. With neither, a run needs Prefect only when asked (--prefect) or to reach
+    Dask workers: a temporary server then; otherwise it runs here, as --no-prefect does, in a second or two
+    instead of the ~20 s a temporary server costs each command (the run's row in Postgres records it either
+    way). `chunkyard server start` once makes every later run a Prefect flow run on it.
+    """
+    if prefect is False:
+        return Where("here")
+    if url := os.environ.get("PREFECT_API_URL") or _profile_api_url():
+        return Where("configured", url)
+    if url := live_url(data_dir):
+        return Where("local", url)
+    return Where("temporary") if prefect or dask else Where("here")
+
+
+def _profile_api_url() -> str | None:
+    """PREFECT_API_URL of the active Prefect profile (`prefect config set PREFECT_API_URL=...`), read without
+    importing Prefect."""
+    import tomllib
+
+    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+    path = Path(os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    active = os.environ.get("PREFECT_PROFILE") or doc.get("active") or "ephemeral"
+    url = (doc.get("profiles") or {}).get(active, {}).get("PREFECT_API_URL")
+    return str(url) if url else None
+
+
+def preset_api_url(w: Where) -> None:
+    """Point PREFECT_API_URL at the local server `w` names: called before Prefect is imported, since Prefect
+    reads its settings once; subprocesses (Dask workers) inherit it."""
+    if w.kind == "local" and w.url:
+        os.environ["PREFECT_API_URL"] = w.url
+
+
+@contextmanager
+def using(url: str | None) -> Iterator[None]:
+    """Prefect's API URL for the calls inside this block (None: leave Prefect's own setting)."""
+    if url is None:
+        yield
+        return
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        yield
 
 
 def _free_port() -> int:
@@ -99,7 +156,7 @@ def start(data_dir: Path, *, port: int | None = None) -> str:
     home.mkdir(parents=True, exist_ok=True)
     port = port or _free_port()
     url = f"http://127.0.0.1:{port}/api"
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", OWNER_VAR)}  # outlives us
     env |= {"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]

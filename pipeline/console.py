@@ -80,7 +80,11 @@ def summary(s: dict) -> None:
     g = s["counts"].get
     dry = bool(s["plan"]) or s.get("run_id") is None
     title = "dry run · nothing written" if s.get("run_id") is None else f"run {s['run_id']} · {s.get('status')}"
-    t = Table(title=title + (" · dry run" if dry and s.get("run_id") is not None else ""), show_header=False)
+    t = Table(
+        title=title + (" · dry run" if dry and s.get("run_id") is not None else ""),
+        caption="task-seconds: each stage's time summed over batches, which may run at once",
+        show_header=False,
+    )
     t.add_column(style="bold")
     t.add_column()
 
@@ -108,12 +112,13 @@ def summary(s: dict) -> None:
         t.add_row("vectors", row)
     tm = s["timings"]
     stages = ("load", "normalize", "diff", "chunk", "embed", "store", "prune")
-    t.add_row("seconds", " · ".join(f"{st} {tm.get(st, 0.0):.2f}" for st in stages))
+    t.add_row("task-seconds", " · ".join(f"{st} {tm.get(st, 0.0):.2f}" for st in stages))
     out.print(t)
     if s["plan"]:
-        pt = Table(title="plan (nothing written)")
-        for col in ("file", "action", "sections kept", "re-chunk", "delete", "chunks"):
-            pt.add_column(col)
+        pt = Table(title="plan (nothing written) · sections kept, re-chunked, deleted")
+        pt.add_column("file", overflow="fold", ratio=1)  # a long name wraps; it is never cut
+        for col in ("action", "kept", "re-chunk", "delete", "chunks"):
+            pt.add_column(col, no_wrap=True)
         for r in s["plan"]:
             pt.add_row(
                 show_path(r["uri"]),
@@ -175,14 +180,17 @@ def _pages(meta: dict) -> str:
 
 
 def status(st: dict) -> None:
-    """Collections with their counts and profiles, and the last runs."""
+    """Collections with their counts, and the last runs: short cells in tables, then the long ones (profiles,
+    run counts) as lines of their own, so 80 columns or a pipe cuts no key from its value."""
     t = Table(title="collections")
-    for col in ("name", "documents", "sections", "chunks", "languages", "model", "profile"):
-        t.add_column(col)
+    for col in ("name", "documents", "sections", "chunks", "languages", "model"):
+        t.add_column(col, overflow="fold")  # a long name wraps; it is never cut
+    profiles = []
     for c in st["collections"]:
         prof = ", ".join(
             f"{k}={v['kind']}/{v.get('size')}" for k, v in c["profile"].items() if isinstance(v, dict) and "kind" in v
         )
+        profiles.append(f"profile of {c['name']}: {prof}")
         t.add_row(
             c["name"],
             str(c["documents"]),
@@ -190,15 +198,16 @@ def status(st: dict) -> None:
             str(c["chunks"]),
             ", ".join(f"{lang or 'no letters'} {n}" for lang, n in c["languages"].items()),
             c["model"].split("/")[-1],
-            prof,
         )
     out.print(t)
+    _lines(profiles)
     r = Table(title="last runs")
-    for col in ("id", "collection", "kind", "status", "started", "seconds", "counts"):
-        r.add_column(col)
+    for col in ("id", "collection", "kind", "status", "started", "seconds"):
+        r.add_column(col, overflow="fold")
+    counts = []
     for x in st["runs"]:
         secs = (x["finished_at"] - x["started_at"]).total_seconds() if x["finished_at"] else None
-        counts = ", ".join(f"{k}={v}" for k, v in sorted(x["counts"].items()) if v)
+        counts.append(f"run {x['id']}: " + ", ".join(f"{k}={v}" for k, v in sorted(x["counts"].items()) if v))
         r.add_row(
             str(x["id"]),
             x["collection"] or "-",
@@ -206,9 +215,15 @@ def status(st: dict) -> None:
             x["status"],
             x["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
             f"{secs:.1f}" if secs is not None else "-",
-            counts,
         )
     out.print(r)
+    _lines(counts)
+
+
+def _lines(lines: list[str]) -> None:
+    """Long `key=value, ...` lines, wrapped between items on a terminal, whole in a pipe."""
+    for line in lines:
+        out.print(escape(line), highlight=False, soft_wrap=not out.is_terminal)
 
 
 def chunks(file: Path, doc_type: str, sections: int, rows: list[dict], chunker_line: str) -> None:

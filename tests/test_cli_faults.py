@@ -172,7 +172,7 @@ def test_sigterm_of_a_prefect_run_stops_its_temporary_server(tmp_path, database_
         "PREFECT_API_URL": None,  # a temporary server of the command's own
         "PREFECT_HOME": str(tmp_path / "prefect"),
     }
-    proc = start(["ingest", str(folder), "-c", "sigp"], env)
+    proc = start(["ingest", str(folder), "-c", "sigp", "--prefect"], env)  # no server: --prefect starts one
     try:
         wait_for("SELECT count(*) >= 1 FROM documents", database_url, timeout=400)
         servers = [

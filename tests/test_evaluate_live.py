@@ -161,7 +161,7 @@ def test_evaluate_flow_fails_when_recall_drops(
     # the CLI: through Prefect and without it, exit 1 on the drop; --set-baseline accepts the new level
     monkeypatch.setenv("CHUNKYARD_TEMP_SERVER_OWNER", "0")  # run_flow sets it; restored after the test
     runner = CliRunner()
-    res = runner.invoke(app, ["eval", "-c", collection, "--questions", qa])
+    res = runner.invoke(app, ["eval", "-c", collection, "--questions", qa, "--prefect"])
     assert res.exit_code == 1, res.output
     assert "dropped" in res.output and "recall" in res.output
     res = runner.invoke(app, ["eval", "-c", collection, "--questions", qa, "--no-prefect", "--json"])

@@ -42,9 +42,13 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _run(cmd: list, *, env: dict, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+#: Only a hang trips it: a build, an install or an ingest on a loaded machine may take minutes (issue 26).
+HANG_S = 1800
+
+
+def _run(cmd: list, *, env: dict, cwd: Path) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [str(c) for c in cmd], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+        [str(c) for c in cmd], env=env, cwd=cwd, capture_output=True, text=True, timeout=HANG_S
     )
     assert proc.returncode == 0, f"{cmd} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -188,6 +192,7 @@ def test_installed_wheel_migrates_and_ingests_outside_the_checkout(wheel, fresh_
         CHUNKYARD_DATABASE_URL=fresh_database_url,
         CHUNKYARD_DATA_DIR=str(tmp_path / "data"),
         PREFECT_HOME=str(tmp_path / "prefect"),
+        CHUNKYARD_EMBED_BACKEND="torch",  # no one-time OpenVINO export into the new data directory here
     )
 
     where = "import pipeline, pipeline.db as d; print(pipeline.__file__); print(d.SQL_DIR)"
@@ -201,9 +206,11 @@ def test_installed_wheel_migrates_and_ingests_outside_the_checkout(wheel, fresh_
         return " ".join(_run([cli, *args], env=env, cwd=work).stdout.split())
 
     _assert_migrates(installed_cli, env)
-    _run([cli, "ingest", docs, "--no-prefect"], env=env, cwd=work, timeout=180)
+    _run([cli, "ingest", docs, "--no-prefect"], env=env, cwd=work)
     with psycopg.connect(fresh_database_url) as c:
         uris = [r[0] for r in c.execute("SELECT source_uri FROM documents ORDER BY source_uri")]
         chunks = c.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        keys = [r[0] for r in c.execute("SELECT model FROM embedding_sets")]
     assert [Path(u).name for u in uris] == ["alpha.md", "beta.md"]
+    assert keys and all("@" not in k for k in keys), keys  # torch: no export timed inside this test
     assert chunks >= 2

@@ -1,13 +1,14 @@
 """The `chunkyard` command: a thin layer over pipeline/ and flows/ (parse options, call, print).
 
 This module holds the app, the shared options, the run commands and the entry point; `query` holds
-search, status, chunk and eval, `admin` the db and server sub-commands.
+search, status, chunk and eval, `admin` the db and server sub-commands, `schedule` serve.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -110,8 +111,6 @@ _DaskAddress = Annotated[
 
 def _run(call: Callable[[console.Bars], dict], *, as_json: bool) -> None:
     """Run with progress bars, print problems and the summary (or JSON); exit 1 when any file failed."""
-    import os
-
     bars = console.Bars(quiet=as_json)
     with bars.shown():
         result = call(bars)
@@ -125,14 +124,22 @@ def _run(call: Callable[[console.Bars], dict], *, as_json: bool) -> None:
     raise typer.Exit(EXIT_FAILED_FILES if result["errors"] else EXIT_OK)
 
 
-def _flow(name: str, params: dict, *, workers: int = 0, dask_address: str | None = None):
-    """A call that runs a Prefect flow here (its runs show in the UI when PREFECT_API_URL is set)."""
+def _flow(
+    name: str, params: dict, *, workers: int = 0, dask_address: str | None = None, prefect: bool | None = None
+):
+    """A call that runs a flow: on the Prefect server flows.server.where picks, or here without Prefect."""
 
     def call(bars: console.Bars) -> dict:
-        from flows import quiet_console
-        from flows.server import preset_api_url
+        from flows.server import preset_api_url, where
 
-        preset_api_url()  # the local server, if one runs: set before Prefect is imported (it reads it once)
+        s = _settings()
+        dask = workers or dask_address or s.dask_workers or s.dask_address  # Dask workers report to Prefect
+        server = where(s.data_dir, prefect=prefect, dask=bool(dask))
+        if not server.prefect:
+            from pipeline.cli.here import run_here  # noqa: I001 - no Prefect on this path
+            return run_here(name, params, bars)
+        preset_api_url(server)  # set before Prefect is imported (it reads it once)
+        from flows import quiet_console
         from flows.run import run_flow
 
         _preflight(
@@ -176,8 +183,6 @@ def _check_model(model: str) -> None:
 
 
 def _debug() -> bool:
-    import os
-
     return bool(os.environ.get("CHUNKYARD_DEBUG"))
 
 
@@ -187,9 +192,7 @@ def _root(
 ) -> None:
     """Document ingestion into Postgres + pgvector."""
     if debug:
-        import os
-
-        os.environ["CHUNKYARD_DEBUG"] = "1"
+            os.environ["CHUNKYARD_DEBUG"] = "1"
 
 
 @app.command()
@@ -206,8 +209,12 @@ def ingest(
         bool, typer.Option(help="Mark vanished files deleted instead of deleting.")
     ] = False,
     prefect: Annotated[
-        bool, typer.Option(help="Run as a Prefect flow (default) or as plain functions.")
-    ] = True,
+        bool | None,
+        typer.Option(
+            help="A Prefect flow run (default when PREFECT_API_URL or `chunkyard server start` gives a server; "
+            "--prefect without one starts a temporary server) or plain functions here."
+        ),
+    ] = None,
     follow_external_links: FollowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -223,15 +230,7 @@ def ingest(
         soft_delete=soft_delete,
         follow_external_links=follow_external_links,
     )
-    if prefect:
-        _run(_flow("ingest", request.flow_params()), as_json=as_json)
-
-    def plain(bars: console.Bars) -> dict:
-        from pipeline.ingest import run_ingest
-
-        return run_ingest(request, progress=bars).summary(collection)
-
-    _run(plain, as_json=as_json)
+    _run(_flow("ingest", request.flow_params(), prefect=prefect), as_json=as_json)
 
 
 @app.command()
@@ -330,59 +329,6 @@ def prune_cmd(
     _run(_flow("prune", request.flow_params()), as_json=as_json)
 
 
-@app.command()
-def serve(
-    paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders to re-ingest.")] = None,
-    collection: CollectionOpt = "default",
-    every: Annotated[str | None, typer.Option(help="Interval: 30s, 15m, 1h30m, 1d.")] = None,
-    cron: Annotated[str | None, typer.Option(help="Cron schedule, e.g. '*/15 * * * *'.")] = None,
-    name: Annotated[str | None, typer.Option(help="Deployment name (default ingest-COLLECTION).")] = None,
-    sources: Annotated[
-        Path | None, typer.Option(help="TOML file of [[source]] (ingest) and [[eval]] tables (every|cron).")
-    ] = None,
-    profile: ProfileOpt = None,
-    strategy: StrategyOpt = None,
-    param: ParamOpt = None,
-    prune: Annotated[bool, typer.Option(help="Delete rows of files gone from the folders.")] = True,
-    workers: _Workers = 0,
-    dask_address: _DaskAddress = None,
-) -> None:
-    """Re-ingest sources on a schedule (`chunkyard serve ./docs --every 15m`) until interrupted."""
-    from pydantic import ValidationError
-
-    from flows import serve as scheduling
-    from flows.runners import task_runner
-
-    if sources is not None:
-        if paths:
-            raise ConfigError("give paths or --sources, not both")
-        schedules = scheduling.load_schedules(sources)
-    elif not paths:
-        raise ConfigError("nothing to serve: give paths (with --every or --cron) or --sources FILE")
-    else:
-        try:
-            schedules = [
-                scheduling.Schedule(
-                    paths=[str(p) for p in paths],
-                    collection=collection,
-                    every=every,
-                    cron=cron,
-                    prune=prune,
-                    name=name,
-                )
-            ]
-        except ValidationError as exc:
-            raise ConfigError(
-                "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-            ) from exc
-    prof = _profile(profile, strategy, param) if (profile or strategy) else None
-    s = _settings()
-    runner = None
-    if workers or dask_address or s.dask_workers or s.dask_address:
-        runner = task_runner(workers=workers or s.dask_workers, address=dask_address or s.dask_address)
-    scheduling.serve(schedules, task_runner=runner, profile=prof)
-
-
 # ---------------------------------------------------------------------------------------- entry
 
 
@@ -423,11 +369,12 @@ def _interrupted(e: Interrupted) -> None:
     """A signal ended the command: the run's row is already marked crashed (its `with Run` block saw the
     exception); stop the Prefect server this command started, print one line, exit 128 + the signal."""
     from flows import stop_own_servers
-    from pipeline.cli.signals import documents_stored, exit_now
+    from pipeline.cli.signals import documents_stored, exit_now, note
 
     stored = documents_stored()
     what = f"{stored} documents stored" if stored is not None else "what was committed stays"
-    err.print(f"interrupted by {e.name}; {what}, run it again to resume", highlight=False, soft_wrap=True)
+    line = note() or f"{what}, run it again to resume"
+    err.print(f"interrupted by {e.name}; {line}", highlight=False, soft_wrap=True)
     stop_own_servers()
     exit_now(e.exit_code)
 
@@ -458,4 +405,4 @@ def _one_line(e: BaseException) -> str:
 
 
 # The other commands register on `app` when their modules are imported (they import `app` from here).
-from pipeline.cli import admin, query, ui  # noqa: E402,F401
+from pipeline.cli import admin, query, schedule, ui  # noqa: E402,F401

@@ -237,8 +237,9 @@ def eval_(
         str | None, typer.Option(help="With --collection: the question set's name (default: file stem).")
     ] = None,
     prefect: Annotated[
-        bool, typer.Option(help="With --collection: run as a Prefect flow (default) or as plain functions.")
-    ] = True,
+        bool | None,
+        typer.Option(help="With --collection: a Prefect flow run (default when a Prefect server is there) or not."),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="With --collection: print the run as JSON.")
     ] = False,
@@ -338,7 +339,7 @@ def _live_eval(
     max_drop: float,
     set_baseline: bool,
     name: str | None,
-    prefect: bool,
+    prefect: bool | None,
     as_json: bool,
 ) -> None:
     """Score a question set on a live collection (a Prefect flow run by default); exit 1 when recall dropped."""
@@ -352,11 +353,11 @@ def _live_eval(
         "collection": collection, "questions": str(questions.expanduser().resolve()), "k": k, "mode": mode,
         "max_drop": max_drop, "set_baseline": set_baseline, "name": name,
     }  # fmt: skip
-    if prefect:
+    if prefect is not False:
         from pipeline.cli import _flow, _preflight
 
         _preflight(collection)
-        result = _flow("evaluate", params)(NoProgress())  # type: ignore[arg-type]
+        result = _flow("evaluate", params, prefect=prefect)(NoProgress())  # type: ignore[arg-type]
     else:
         from pipeline.evaluate.live import run_live_eval
 

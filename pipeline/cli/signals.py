@@ -46,6 +46,18 @@ REPEAT_GRACE_S = 2.0
 
 _first: float | None = None
 _received: Interrupted | None = None
+_note: str | None = None
+
+
+def on_interrupt(note: str) -> None:
+    """What the command's one line says after `interrupted by SIG...;` (default: what was stored)."""
+    global _note
+    _note = note
+
+
+def note() -> str | None:
+    """The line a command set with on_interrupt, if any."""
+    return _note
 
 
 def received() -> Interrupted | None:
@@ -73,8 +85,8 @@ def interruptible() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    global _first, _received
-    _first, _received = None, None
+    global _first, _received, _note
+    _first, _received, _note = None, None, None
     before = {s: signal.getsignal(s) for s in HANDLED}
     for s in HANDLED:
         signal.signal(s, _raise)

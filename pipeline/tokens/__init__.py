@@ -19,7 +19,7 @@ from pipeline.tokens.counters import (
     counter,
     model_counter,
 )
-from pipeline.tokens.offline import hf_tokenizer, seed_tiktoken_cache, tiktoken_encoding
+from pipeline.tokens.offline import hf_tokenizer, rust_tokenizer_json, seed_tiktoken_cache, tiktoken_encoding
 from pipeline.tokens.span_index import SpanIndex, SpanIndexer, TokenStarts, span_indexer
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "counter",
     "hf_tokenizer",
     "model_counter",
+    "rust_tokenizer_json",
     "seed_tiktoken_cache",
     "span_indexer",
     "tiktoken_encoding",

@@ -9,7 +9,7 @@ from typing import Protocol, cast
 
 from pipeline.config import DEFAULT_MODEL, Unit
 from pipeline.tokens import offline
-from pipeline.tokens.offline import hf_tokenizer, tiktoken_encoding
+from pipeline.tokens.offline import rust_tokenizer_json, tiktoken_encoding
 from pipeline.tokens.wordpiece import AsciiWordPieces
 
 #: (start, end) character offsets of each token of a text, in order.
@@ -69,13 +69,12 @@ class ModelCounter:
 
     def __init__(self, model: str = DEFAULT_MODEL) -> None:
         self.name = "model"
-        self._tok = hf_tokenizer(model)
         # Counting goes straight to a private copy of the Rust tokenizer: the transformers wrapper costs
         # ~0.2 ms a call (the chunkers count tens of thousands of spans), and a copy never inherits
         # truncation or padding that a caller of the shared tokenizer may have set.
         from tokenizers import Tokenizer
 
-        self._fast = Tokenizer.from_str(self._tok.backend_tokenizer.to_str())
+        self._fast = Tokenizer.from_str(rust_tokenizer_json(model))
         self._fast.no_truncation()
         self._fast.no_padding()
         # BERT-style: cut at whitespace and punctuation, then each word word-pieced on its own

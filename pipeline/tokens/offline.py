@@ -77,3 +77,30 @@ def hf_tokenizer(model: str = DEFAULT_MODEL):
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(model_path(model))
+
+
+#: tokenizer_config.json keys with which transformers rewrites the BERT normalizer of tokenizer.json.
+_BERT_NORMALIZER_KEYS = {"do_lower_case": "lowercase", "strip_accents": "strip_accents",
+                         "tokenize_chinese_chars": "handle_chinese_chars"}  # fmt: skip
+
+
+@lru_cache(maxsize=4)
+def rust_tokenizer_json(model: str = DEFAULT_MODEL) -> str:
+    """The model's Rust tokenizer, serialized: read from its tokenizer.json where transformers would load it
+    unchanged (a BERT normalizer its config agrees with), since importing transformers imports torch (seconds
+    `chunkyard chunk` does not need); else through transformers."""
+    import json
+
+    folder = Path(model_path(model))
+    try:
+        spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+        conf_file = folder / "tokenizer_config.json"
+        conf = json.loads(conf_file.read_text(encoding="utf-8")) if conf_file.is_file() else {}
+    except (OSError, ValueError):
+        spec, conf = None, {}
+    norm = (spec or {}).get("normalizer") or {}
+    if norm.get("type") == "BertNormalizer" and all(
+        conf.get(k) is None or norm.get(n) == conf[k] for k, n in _BERT_NORMALIZER_KEYS.items()
+    ):
+        return json.dumps(spec)
+    return str(hf_tokenizer(model).backend_tokenizer.to_str())
