@@ -11,26 +11,25 @@ from pipeline.model import Progress
 
 
 def run_here(name: str, params: dict, progress: Progress) -> dict:
-    """A flow's work by its short name (flows.run.FLOWS) as plain function calls; its summary."""
-    from pipeline.config import Profile, Settings
+    """A flow's work by its short name (flows.run.FLOWS) as plain function calls; its summary. The flow's
+    parameters make the same typed request the flow would (`pipeline.requests`)."""
+    from pipeline.config import Settings
 
-    kw = dict(params)
-    if kw.get("profile") is not None:  # the flows take the profile as JSON (a Prefect parameter)
-        kw["profile"] = Profile.model_validate(kw["profile"])
     if name == "evaluate":
         from pipeline.evaluate.live import run_live_eval
 
-        return run_live_eval(**kw, settings=Settings())
-    from pipeline import ingest
+        return run_live_eval(**params, settings=Settings())
+    from pipeline import ingest, requests
 
-    if name == "reindex" and kw.get("model") is not None:
-        result = ingest.run_model_switch(**kw, progress=progress)
+    kinds = {
+        "ingest": (requests.IngestRequest, ingest.run_ingest),
+        "backfill": (requests.BackfillRequest, ingest.run_backfill),
+        "reindex": (requests.ReindexRequest, ingest.run_reindex),
+        "prune": (requests.PruneRequest, ingest.run_prune),
+    }
+    if name == "reindex" and params.get("model") is not None:
+        kind, run = requests.ModelSwitchRequest, ingest.run_model_switch
     else:
-        run = {
-            "ingest": ingest.run_ingest,
-            "backfill": ingest.run_backfill,
-            "reindex": ingest.run_reindex,
-            "prune": ingest.run_prune,
-        }[name]
-        result = run(**kw, progress=progress)
-    return result.summary(kw["collection"])
+        kind, run = kinds[name]
+    request = kind(**params)  # the profile as JSON, as a flow takes it: validated into a Profile here
+    return run(request, progress=progress).summary(request.collection)
