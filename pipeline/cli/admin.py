@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli import (
+from pipeline.cli.app import (
     EXIT_FAILED_FILES,
     _settings,
     app,

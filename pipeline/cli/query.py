@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from pipeline import console
-from pipeline.cli import (
+from pipeline.cli.app import (
     CollectionOpt,
     ParamOpt,
     ProfileOpt,
@@ -354,7 +354,7 @@ def _live_eval(
         "max_drop": max_drop, "set_baseline": set_baseline, "name": name,
     }  # fmt: skip
     if prefect is not False:
-        from pipeline.cli import _flow, _preflight
+        from pipeline.cli.app import _flow, _preflight
 
         _preflight(collection)
         result = _flow("evaluate", params, prefect=prefect)(NoProgress())  # type: ignore[arg-type]

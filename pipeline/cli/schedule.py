@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli import (
+from pipeline.cli.app import (
     CollectionOpt,
     ParamOpt,
     ProfileOpt,

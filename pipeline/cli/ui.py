@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli import _settings, app
+from pipeline.cli.app import _settings, app
 from pipeline.console import err
 
 
