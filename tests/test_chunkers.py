@@ -565,16 +565,22 @@ def test_model_offsets_are_the_tokenizers_own():
     assert len(words) == len(starts)
 
 
-def _build_model_counters_at_once(n: int = 8) -> list[BaseException]:
-    """Build the model counter from n threads released together, after clearing every cache; the errors."""
+def _count_hello() -> None:
+    assert tokens.counter("model").count("hello world") == 2
+
+
+def _build_model_counters_at_once(n: int = 8, build=_count_hello) -> list[BaseException]:
+    """Run `build` (by default: build the model counter) from n threads released together, after clearing
+    every cache; the errors."""
     tokens.counter.cache_clear()
     tokens.hf_tokenizer.cache_clear()
+    tokens.rust_tokenizer_json.cache_clear()
     barrier, errors = threading.Barrier(n), []
 
     def build_one() -> None:
         try:
             barrier.wait()
-            assert tokens.counter("model").count("hello world") == 2
+            build()
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             errors.append(exc)
 
@@ -592,13 +598,18 @@ def test_model_counter_builds_from_many_threads_at_once():
     finally:
         tokens.counter.cache_clear()
         tokens.hf_tokenizer.cache_clear()
+        tokens.rust_tokenizer_json.cache_clear()
 
 
 def test_transformers_is_imported_under_the_load_lock(monkeypatch):
     """transformers 5.x's lazy import fails when two threads enter it at once. It is imported already in
     this process, so a stand-in that fails the same way takes its place: without the lock it trips (the
-    test can fail), with it it never does."""
+    test can fail), with it it never does. (The model counter reads tokenizer.json without transformers
+    where it can, so the threads load the transformers tokenizer itself, as bench and exports do.)"""
     real = tokens.hf_tokenizer()
+
+    def load() -> None:
+        assert tokens.hf_tokenizer() is real
     inside = threading.Lock()
 
     def lazy_attribute(name: str):
@@ -618,9 +629,10 @@ def test_transformers_is_imported_under_the_load_lock(monkeypatch):
     try:
         with monkeypatch.context() as m:
             m.setattr(tokens.offline, "LOAD_LOCK", nullcontext())
-            unguarded = _build_model_counters_at_once()
+            unguarded = _build_model_counters_at_once(build=load)
         assert any(isinstance(e, ImportError) for e in unguarded), "the stand-in should trip without a lock"
-        assert _build_model_counters_at_once() == []
+        assert _build_model_counters_at_once(build=load) == []
     finally:
         tokens.counter.cache_clear()
         tokens.hf_tokenizer.cache_clear()
+        tokens.rust_tokenizer_json.cache_clear()
