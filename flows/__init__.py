@@ -64,18 +64,30 @@ def reap_orphaned_servers() -> int:
     return stopped
 
 
-def stop_own_servers(timeout: float = 10.0) -> int:
-    """Stop the temporary Prefect servers this process started (a command ended by a signal: Prefect's own
-    atexit hook never runs on SIGTERM's default action, nor after an immediate exit); how many."""
+def drain_workers(timeout: float) -> None:
+    """Send what Prefect's log and event workers of this process still hold and stop them, before a server
+    they send to stops: left running, they try the stopped server for ever (and a later drain, Prefect's
+    own at exit or its test harness's, waits on them). Nothing to do where Prefect was never loaded."""
     import sys
 
-    import psutil
-
-    if "prefect.logging.handlers" in sys.modules:  # send the logs still queued while the server answers
+    if "prefect.logging.handlers" in sys.modules:
         from prefect.logging.handlers import APILogWorker
 
         with suppress(Exception):
-            APILogWorker.drain_all(timeout=5)
+            APILogWorker.drain_all(timeout=timeout)
+    if "prefect.events.worker" in sys.modules:
+        from prefect.events.worker import EventsWorker
+
+        with suppress(Exception):
+            EventsWorker.drain_all(timeout=timeout)
+
+
+def stop_own_servers(timeout: float = 10.0) -> int:
+    """Stop the temporary Prefect servers this process started (a command ended by a signal: Prefect's own
+    atexit hook never runs on SIGTERM's default action, nor after an immediate exit); how many."""
+    import psutil
+
+    drain_workers(timeout=5)
     try:
         children = psutil.Process().children(recursive=True)
     except psutil.Error:

@@ -21,7 +21,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from flows import OWNER_VAR
+from flows import OWNER_VAR, drain_workers
 from pipeline.errors import ChunkyardError
 
 #: How long `start` waits for the new server to answer its health check.
@@ -202,6 +202,7 @@ def stop(data_dir: Path) -> bool:
     pid = int(info.get("pid", 0))
     was_running = pid > 0 and _alive(pid) and _is_prefect(pid)
     if was_running:
+        drain_workers(timeout=30)  # this process may have sent runs' logs and events to it
         _kill(pid)
     f.unlink(missing_ok=True)
     return was_running

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -40,18 +39,6 @@ def test_a_stale_file_is_not_a_server(tmp_path):
 
 
 @pytest.mark.slow
-def _drain_prefect_workers() -> None:
-    """Send and stop Prefect's log and event workers of this process. Made for the local server by an
-    in-process flow, they would otherwise try a stopped server for ever, and the session's Prefect test
-    harness (conftest's prefect_api) hangs at teardown draining them."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    for worker in (APILogWorker, EventsWorker):
-        with contextlib.suppress(Exception):
-            worker.drain_all(timeout=30)
-
-
 def test_start_use_and_stop_a_local_server(tmp_path, docs, database_url, monkeypatch):
     monkeypatch.setenv("CHUNKYARD_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
@@ -68,7 +55,6 @@ def test_start_use_and_stop_a_local_server(tmp_path, docs, database_url, monkeyp
             assert json.load(resp)["state"]["type"] == "COMPLETED"  # the run is on this server
         assert not os.environ.get("PREFECT_API_URL")  # set for the flow call only
     finally:
-        _drain_prefect_workers()  # while the server answers
         assert server.stop(tmp_path)
     assert not _alive(pid)
     assert server.live_url(tmp_path) is None and server.stop(tmp_path) is False
