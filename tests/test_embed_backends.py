@@ -230,3 +230,28 @@ def test_search_imports_no_torch(docs, database_url, tiny_model, models_cache, m
     assert "operations.html" in fulltext.replace("\n", "") and fulltext.rstrip().endswith("HEAVY: none")
     vector = _cli("search", "rotate API keys", "-k", "2", env=env)  # hybrid: embeds the question
     assert "operations.html" in vector.replace("\n", "") and vector.rstrip().endswith("HEAVY: none")
+
+
+def test_exported_models_tokenize_as_the_counters_do(tmp_path):
+    """The exported runtime's tokenizer is the token counters' one: where tokenizer.json's normalizer
+    disagrees with tokenizer_config.json (a model saved by another tool), both follow what transformers
+    loads, so a chunk sized by the counter is exactly what the model reads."""
+    from pipeline import tokens
+    from pipeline.embed.inputs import load_tokenizer
+
+    src = Path(model_path(DEFAULT_MODEL))
+    folder = tmp_path / "cased-json"
+    shutil.copytree(src, folder, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "onnx", "openvino"))
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["normalizer"]["lowercase"] = False  # the config still says do_lower_case: true
+    (folder / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    text = "Rotate The API Keys in Straße"
+    try:
+        expected = tokens.hf_tokenizer(str(folder))(text, add_special_tokens=False)["input_ids"]
+        got = load_tokenizer(str(folder)).encode(text, add_special_tokens=False).ids
+        assert got == expected
+        assert got == load_tokenizer(DEFAULT_MODEL).encode(text.lower(), add_special_tokens=False).ids
+    finally:
+        load_tokenizer.cache_clear()
+        tokens.rust_tokenizer_json.cache_clear()
+        tokens.hf_tokenizer.cache_clear()

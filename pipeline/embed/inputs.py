@@ -4,20 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.embed.meta import MODEL_SPECIAL_TOKENS, model_max_tokens, model_path
+from pipeline.embed.meta import MODEL_SPECIAL_TOKENS, model_max_tokens
 
 
 @lru_cache(maxsize=4)
 def load_tokenizer(model: str) -> Any:
-    """The model's fast tokenizer from its tokenizer.json, truncating where the model would."""
+    """The model's fast tokenizer, truncating where the model would: the same one the token counters use
+    (`tokens.rust_tokenizer_json`: its tokenizer.json where transformers would load it unchanged, else what
+    transformers makes of the folder), so a chunk sized by the counter is what the model reads."""
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(Path(model_path(model)) / "tokenizer.json"))
+    from pipeline.tokens.offline import rust_tokenizer_json
+
+    tok = Tokenizer.from_str(rust_tokenizer_json(model))
     tok.no_padding()
     tok.enable_truncation(max_length=model_max_tokens(model) + MODEL_SPECIAL_TOKENS)
     return tok
