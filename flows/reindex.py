@@ -8,14 +8,13 @@ from prefect.states import State
 from flows.common import PrefectExecutor, finish
 from flows.runners import settings_task_runner
 from pipeline.config import Profile
-from pipeline.ingest import run_model_switch, run_reindex
+from pipeline.ingest import run_request
 from pipeline.requests import (
     BATCH_BYTES,
     BatchBytes,
     CollectionName,
     FilesPerBatch,
-    ModelSwitchRequest,
-    ReindexRequest,
+    flow_request,
 )
 
 
@@ -32,10 +31,8 @@ def reindex_flow(
 ) -> dict | State:
     """Re-read a collection's source files and redo what the new profile changes; or, given a model, embed
     its chunks with that model into a new set and switch search to it when complete (no downtime)."""
-    if model is not None:  # a model switch keeps the chunks: the profile and batching do not apply
-        switch = ModelSwitchRequest(collection=collection, model=model, dry_run=dry_run)
-        return finish(run_model_switch(switch, executor=PrefectExecutor()), collection)
-    request = ReindexRequest(
-        collection=collection, profile=profile, files_per_batch=files_per_batch, batch_bytes=batch_bytes
-    )
-    return finish(run_reindex(request, executor=PrefectExecutor()), collection)
+    request = flow_request("reindex", {  # with a model, a model switch (it keeps the chunks)
+        "collection": collection, "profile": profile, "files_per_batch": files_per_batch,
+        "batch_bytes": batch_bytes, "model": model, "dry_run": dry_run,
+    })  # fmt: skip
+    return finish(run_request(request, executor=PrefectExecutor()), collection)

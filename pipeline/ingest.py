@@ -166,6 +166,21 @@ def run_model_switch(
         return run.finish()
 
 
+def run_request(
+    request: RunRequest,
+    *,
+    settings: Settings | None = None,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Run any typed request (`requests.flow_request` makes one from a flow's parameters) with its run_*."""
+    runs: dict[type[RunRequest], Any] = {
+        IngestRequest: run_ingest, BackfillRequest: run_backfill, ReindexRequest: run_reindex,
+        ModelSwitchRequest: run_model_switch, PruneRequest: run_prune,
+    }  # fmt: skip
+    return runs[type(request)](request, settings=settings, executor=executor, progress=progress)
+
+
 def _ingest(
     req: IngestRequest | BackfillRequest | ReindexRequest,
     settings: Settings,

@@ -163,3 +163,17 @@ class PruneRequest(RunRequest):
 
     def ledger(self) -> dict:
         return {"paths": list(self.paths), "soft": self.soft, "flow": "prune"}
+
+
+def flow_request(flow: str, params: dict[str, Any]) -> RunRequest:
+    """The typed request a flow's parameters make (`flows.run.FLOWS` names; the flows and the in-process runs
+    of `cli/here.py` alike). A reindex that names a model is a model switch: it keeps the chunks, so the
+    profile and batching parameters do not apply to it."""
+    if flow == "reindex" and params.get("model") is not None:
+        return ModelSwitchRequest(**{k: params[k] for k in ("collection", "model", "dry_run") if k in params})
+    kinds: dict[str, type[RunRequest]] = {
+        "ingest": IngestRequest, "backfill": BackfillRequest, "reindex": ReindexRequest, "prune": PruneRequest,
+    }  # fmt: skip
+    if flow not in kinds:
+        raise ValueError(f"no run request for flow {flow!r}: expected one of {', '.join(kinds)}")
+    return kinds[flow](**{k: v for k, v in params.items() if not (k == "model" and v is None)})

@@ -220,3 +220,22 @@ def test_past_the_carry_budget_a_changed_file_is_read_again_by_its_batch(folder,
     stats, _, status = run_ingest([folder], settings=settings)
     assert status is RunStatus.COMPLETED and stats.counts["documents_changed"] == 1
     assert dict(reads) == {"0-pelicans.md": 1, "1-walruses.md": 2, "2-otters.md": 1}
+
+
+def test_a_flows_parameters_make_its_typed_request():
+    from pipeline.requests import ModelSwitchRequest, ReindexRequest, flow_request
+
+    reindex = {
+        "collection": "c",
+        "profile": None,
+        "files_per_batch": None,
+        "batch_bytes": 4096,
+        "dry_run": False,
+    }
+    assert flow_request("reindex", reindex | {"model": None}) == ReindexRequest(
+        collection="c", batch_bytes=4096
+    )
+    switch = flow_request("reindex", reindex | {"model": "/models/e5", "dry_run": True})
+    assert switch == ModelSwitchRequest(collection="c", model="/models/e5", dry_run=True)
+    with pytest.raises(ValueError, match="no run request for flow 'evaluate'"):
+        flow_request("evaluate", {})

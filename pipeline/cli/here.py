@@ -21,15 +21,5 @@ def run_here(name: str, params: dict, progress: Progress) -> dict:
         return run_live_eval(**params, settings=Settings())
     from pipeline import ingest, requests
 
-    kinds = {
-        "ingest": (requests.IngestRequest, ingest.run_ingest),
-        "backfill": (requests.BackfillRequest, ingest.run_backfill),
-        "reindex": (requests.ReindexRequest, ingest.run_reindex),
-        "prune": (requests.PruneRequest, ingest.run_prune),
-    }
-    if name == "reindex" and params.get("model") is not None:
-        kind, run = requests.ModelSwitchRequest, ingest.run_model_switch
-    else:
-        kind, run = kinds[name]
-    request = kind(**params)  # the profile as JSON, as a flow takes it: validated into a Profile here
-    return run(request, progress=progress).summary(request.collection)
+    request = requests.flow_request(name, params)  # the profile as JSON, as a flow takes it: validated here
+    return ingest.run_request(request, progress=progress).summary(request.collection)
