@@ -4,10 +4,15 @@ fences, tables and HTML blocks are atomic."""
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import cache
+from typing import TYPE_CHECKING
 
 from pipeline.model import Section, Span
 from pipeline.parse import Parsed, parser
 from pipeline.parse.sections import Head, Lines, heading_sections
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 #: A markdown document's first H1 is its title only if it starts within this many characters.
 TITLE_WITHIN = 1000
@@ -15,10 +20,7 @@ TITLE_WITHIN = 1000
 
 def parse_markdown(text: str) -> tuple[list[Section], str]:
     """Sections from ATX/setext headings (markdown-it-py); fences and tables recorded as atomic."""
-    from markdown_it import MarkdownIt
-
-    md = MarkdownIt("commonmark").enable("table")
-    tokens = md.parse(text)
+    tokens = _block_parser().parse(text)
     lines = Lines(text)
     heads: list[Head] = []
     atomic: list[Span] = []
@@ -49,6 +51,15 @@ def _parse(text: str, *, language: str | None, filename: str) -> Parsed:
     """The registered form of parse_markdown: the text is kept as it is."""
     sections, title = parse_markdown(text)
     return Parsed(text, sections, title)
+
+
+@cache
+def _block_parser() -> MarkdownIt:
+    """CommonMark with tables, block structure only: the inline rules (links, emphasis: two thirds of the parse)
+    are off, since only block tokens and a heading's raw inline text (set by the block parser) are read."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table").disable(["inline", "text_join"])
 
 
 def _rstrip_to(text: str, end: int) -> int:
