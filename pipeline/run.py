@@ -213,11 +213,11 @@ class Run:
         self.ctx = dataclasses.replace(self.ctx, started=time.time())
         self.progress.add_total("files", len(files))
         todo, read = self.resume(files)
-        if not self.ctx.dry_run and store.bulk_load_pays(self.conn, _expected_chunks(todo)):
-            assert self.ctx.vectors is not None
-            store.drop_search_indexes(
-                self.conn, self.ctx.vectors
-            )  # a large first load: built once in finish()
+        if not self.ctx.dry_run and todo and self.ctx.vectors is not None:  # indexes built once in finish()
+            if store.bulk_load_pays(self.conn, _expected_chunks(todo)):
+                store.drop_search_indexes(self.conn, self.ctx.vectors)  # a load that doubles the table
+            else:
+                store.defer_vector_index(self.conn, self.ctx.vectors)  # the first load of an empty set
         done = len(files) - len(todo)
         self.progress.advance("files", done)
         for stage in ("load", "normalize", "chunk", "store"):
@@ -325,7 +325,8 @@ class Run:
 
     def _close_ledger(self, conn: psycopg.Connection) -> None:
         """The end of a run in the database: BM25 statistics, chunk quality, the ledger row, the lock released."""
-        store.refresh_fts_stats(conn, self.ctx.collection_id, [self.ctx.vectors] if self.ctx.vectors else [])
+        with self.stats.timed("index"):  # what a bulk or first load left to build
+            store.refresh_fts_stats(conn, self.ctx.collection_id, [self.ctx.vectors] if self.ctx.vectors else [])
         self._note_languages(conn)
         self._measure_quality(conn)
         self._write_ledger(conn)

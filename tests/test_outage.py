@@ -89,6 +89,8 @@ def stays_away(own_server, monkeypatch) -> str:
         return real(conn, **kw)
 
     monkeypatch.setattr(store, "write_document", lose_the_server)
+    # a batch per file: no batch of several new documents in one transaction (a first load's bulk path)
+    monkeypatch.setenv("CHUNKYARD_FILES_PER_BATCH", "1")
     monkeypatch.setenv("CHUNKYARD_DATABASE_URL", url)
     monkeypatch.setenv("CHUNKYARD_DB_RETRY_SECONDS", "2")
     return url

