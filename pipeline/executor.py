@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 import psycopg
@@ -125,16 +126,77 @@ def carried(batch: Sequence[SourceFile], read: Mapping[str, Read]) -> dict[str, 
 
 
 class Serial:
-    """Batches one after another in this process; an exception ends the run (the ledger says crashed)."""
+    """Batches in this process, in order, the stages of consecutive ones overlapped (`overlapped`); an
+    exception ends the run (the ledger says crashed)."""
 
     live_progress = True
 
     def batches(
         self, ctx: RunContext, batches: Sequence[BatchFiles], progress: Progress, read: Mapping[str, Read]
     ) -> Iterator[BatchResult]:
+        if len(batches) > 1:
+            yield from overlapped(ctx, batches, progress, read)
+            return
         for b in batches:
-            data = carried(b, read)
-            yield b, retrying(ctx, lambda b=b, data=data: stages.ingest_batch(ctx, b, progress, read=data))
+            yield b, whole(ctx, b, progress, read)
 
     def step(self, fn: Callable[..., Stats], ctx: RunContext, *args: Any) -> Stats:
         return retrying(ctx, lambda: fn(ctx, *args))
+
+
+def whole(ctx: RunContext, batch: BatchFiles, progress: Progress, read: Mapping[str, Read]) -> Stats:
+    """One batch, its stages one after another, under the retry policy."""
+    data = carried(batch, read)
+    return retrying(ctx, lambda: stages.ingest_batch(ctx, batch, progress, read=data))
+
+
+def overlapped(
+    ctx: RunContext, batches: Sequence[BatchFiles], progress: Progress, read: Mapping[str, Read]
+) -> Iterator[BatchResult]:
+    """Batches in order as a pipeline of three: while this thread embeds batch i (the model, the one thing
+    that should be busy all the time), a thread loads, parses and chunks batch i+1 (the parsing and chunking
+    in the guard's worker process) and another stores batch i-1. Each batch has its own connections and
+    tally; a batch's part that fails transiently is done again the serial way (`whole`: safe, what it
+    committed is found unchanged), after the database answers; any other failure ends the run, as in serial."""
+    prep, put = ThreadPoolExecutor(1, "chunkyard-prepare"), ThreadPoolExecutor(1, "chunkyard-store")
+    if not ctx.dry_run:  # the model loads while the first batch is prepared
+        put.submit(stages.load_model, ctx)
+    try:
+
+        def prepare(b: BatchFiles) -> Future[stages.Prepared]:
+            return prep.submit(stages.prepare_batch, ctx, b, progress, read=carried(b, read))
+
+        def settled(b: BatchFiles, call: Callable[[], Stats]) -> Stats:
+            try:
+                return call()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                log.warning("transient failure (%s); the batch runs again on its own", first_line(exc))
+                wait_for_database(ctx.url, seconds=ctx.db_retry_seconds, cause=exc)
+                return whole(ctx, b, progress, read)
+
+        ahead = prepare(batches[0])
+        storing: tuple[BatchFiles, Callable[[], Stats]] | None = None
+        for i, b in enumerate(batches):
+            current, ahead = ahead, prepare(batches[i + 1]) if i + 1 < len(batches) else None
+            try:  # embed here, now; a failure is settled when this batch's turn to report comes
+                p = current.result()
+                done: Callable[[], Stats] = put.submit(stages.store_batch, p, stages.embed_batch(p)).result
+            except Exception as exc:  # noqa: BLE001 - settled in order below
+                done = _raiser(exc)
+            if storing is not None:
+                yield storing[0], settled(*storing)
+            storing = (b, done)
+        if storing is not None:
+            yield storing[0], settled(*storing)
+    finally:  # after a failure (or an interrupt), what has not started is not started
+        for pool in (prep, put):
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _raiser(exc: BaseException) -> Callable[[], Stats]:
+    def again() -> Stats:
+        raise exc
+
+    return again

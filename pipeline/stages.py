@@ -110,23 +110,71 @@ def ingest_batch(
     read: Mapping[str, Read] | None = None,
 ) -> Stats:
     """Ingest one batch of files: a bad file is recorded and the batch goes on with the rest. `read`: what
-    resume read of some of them (bytes and sha256, by uri), found changed under this run's lock: not read again."""
-    stats = Stats()
+    resume read of some of them (bytes and sha256, by uri), found changed under this run's lock: not read again.
+
+    The three parts below, one after another; `executor.overlapped` runs them for consecutive batches at once."""
+    prepared = prepare_batch(ctx, files, progress, read=read)
+    return store_batch(prepared, embed_batch(prepared))
+
+
+@dataclass
+class Prepared:
+    """A batch loaded, parsed, diffed and chunked: what is left is to embed and store it."""
+
+    ctx: RunContext
+    router: Router
+    stats: Stats
+    progress: Progress
+    work: list[Work]
+
+    def batch(self, conn: psycopg.Connection) -> Batch:
+        return Batch(conn, self.ctx, self.router, self.stats, self.progress)
+
+
+def prepare_batch(
+    ctx: RunContext,
+    files: Sequence[SourceFile],
+    progress: Progress | None = None,
+    *,
+    read: Mapping[str, Read] | None = None,
+) -> Prepared:
+    """Load, parse, diff and chunk a batch (parse and chunk in the guard's worker process)."""
+    stats, progress, router = Stats(), progress or NoProgress(), router_for(ctx)
     if not files:
-        return stats
+        return Prepared(ctx, router, stats, progress, [])
     with db.connection(ctx.url) as conn, file_guard() as guard:
-        b = Batch(conn, ctx, router_for(ctx), stats, progress or NoProgress(), guard, dict(read or {}))
-        work = diff(b, parse(b, load(b, files)))
-        work = chunk(b, work)
-        store_documents(b, work, embed(b, work))
-    return stats
+        b = Batch(conn, ctx, router, stats, progress, guard, dict(read or {}))
+        return Prepared(ctx, router, stats, progress, chunk(b, diff(b, parse(b, load(b, files)))))
+
+
+def embed_batch(p: Prepared) -> Embedded:
+    """The vectors of a prepared batch's chunks (the embedding cache first)."""
+    if not p.work:
+        return Embedded({}, [])
+    with db.connection(p.ctx.url) as conn:
+        return embed(p.batch(conn), p.work)
+
+
+def load_model(ctx: RunContext) -> None:
+    """Load the run's embedding model into this process (ahead of the first batch that needs it)."""
+    get_embedder(ctx.model, ctx.device, ctx.embed_batch_size)
+
+
+def store_batch(p: Prepared, embedded: Embedded) -> Stats:
+    """Write a prepared, embedded batch; its tally."""
+    if p.work:
+        with db.connection(p.ctx.url) as conn:
+            store_documents(p.batch(conn), p.work, embedded)
+    return p.stats
 
 
 #: A file's bytes as resume read them, with their sha256: its batch neither reads nor hashes them again.
 Read = tuple[bytes, str]
 
 
-def is_unchanged(old: StoredDocument | None, data: bytes, router: Router, *, digest: str | None = None) -> bool:
+def is_unchanged(
+    old: StoredDocument | None, data: bytes, router: Router, *, digest: str | None = None
+) -> bool:
     """Same bytes, same chunk settings and parser as stored: the one rule for skipping a file unparsed.
     `digest`: the bytes' sha256, when it is known."""
     return bool(

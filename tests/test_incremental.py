@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 
+import numpy as np
 import psycopg
 import pytest
 from psycopg import sql
@@ -286,30 +288,38 @@ def snapshot(url: str) -> dict:
         }
 
 
-def test_crash_between_documents_converges(tmp_path, make_db, monkeypatch):
+@pytest.mark.parametrize("path", ["per-document", "bulk"])
+def test_crash_between_documents_converges(tmp_path, make_db, monkeypatch, path):
+    """A crash while storing: what was committed stays, the next run does the rest, and the result is the
+    same as a run that never crashed. Per document (a collection that holds vectors already: one
+    transaction per document) and in bulk (the first load of a collection: a batch in one transaction)."""
     d = tmp_path / "docs"
     d.mkdir()
     for name, title in (("a.md", "First"), ("b.md", "Second"), ("c.md", "Third")):
         (d / name).write_text(page(title=title))
     crashed, clean = make_db(), make_db()
-    real = store.write_document
+    if path == "per-document":
+        monkeypatch.setattr(store, "defer_vector_index", lambda conn, set_id: False)
+    name = "write_document" if path == "per-document" else "write_documents"
+    real = getattr(store, name)
     calls = itertools.count()
 
     def crash_on_second(*a, **kw):
-        if next(calls) == 1:
+        if path == "bulk" or next(calls) == 1:
             raise KeyboardInterrupt("injected crash between two documents")
         return real(*a, **kw)
 
-    monkeypatch.setattr(store, "write_document", crash_on_second)
+    monkeypatch.setattr(store, name, crash_on_second)
     with pytest.raises(KeyboardInterrupt):
         run_ingest([d], settings=Settings(database_url=crashed))
-    monkeypatch.setattr(store, "write_document", real)
+    monkeypatch.setattr(store, name, real)
+    stored = 1 if path == "per-document" else 0
     with psycopg.connect(crashed) as c:
-        assert c.execute("SELECT count(*) FROM documents").fetchone()[0] == 1
+        assert c.execute("SELECT count(*) FROM documents").fetchone()[0] == stored
         assert c.execute("SELECT status FROM runs").fetchone()[0] == "crashed"
     stats, _, status = run_ingest([d], settings=Settings(database_url=crashed))
     assert status == "completed"
-    assert stats.counts["documents_unchanged"] == 1 and stats.counts["documents_new"] == 2
+    assert stats.counts["documents_unchanged"] == stored and stats.counts["documents_new"] == 3 - stored
     run_ingest([d], settings=Settings(database_url=clean))
     assert snapshot(crashed) == snapshot(clean)
 
@@ -332,3 +342,71 @@ def test_failure_inside_a_document_keeps_its_old_state(corpus, settings, conn, m
         assert after[table] == before[table], table
     # the new embedding is cached (valid whatever happens to the document): the retry will not redo it
     assert len(after["cache"]) == len(before["cache"]) + 1
+
+
+def assert_same_rows(a: str, b: str) -> None:
+    """Two databases hold the same documents, sections and chunks, and vectors that are the same up to the
+    batch they were embedded in (padding moves the last digits)."""
+    sa, sb = snapshot(a), snapshot(b)
+    for table in ("documents", "sections"):
+        assert sa[table] == sb[table], table
+    assert [r[:-1] for r in sa["chunks"]] == [r[:-1] for r in sb["chunks"]]
+    for ra, rb in zip(sa["chunks"], sb["chunks"], strict=True):
+        va, vb = (np.array(json.loads(r[-1])) for r in (ra, rb))
+        assert float(va @ vb) / float(np.linalg.norm(va) * np.linalg.norm(vb)) > 0.99
+
+
+def hnsw_indexes(url: str) -> list[str]:
+    with psycopg.connect(url) as c:
+        return [r[0] for r in c.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%%_hnsw'")]
+
+
+def test_a_first_load_writes_in_bulk_and_builds_the_vector_index_once(tmp_path, make_db, monkeypatch):
+    """The first load of an empty collection drops its (empty) HNSW index, writes each batch's documents in
+    one transaction and builds the index when the run ends; a later run into the filled collection keeps the
+    index and writes document by document; both give what a run that never went in bulk gives."""
+    d = tmp_path / "docs"
+    d.mkdir()
+    for i in range(6):
+        (d / f"p{i}.md").write_text(page(title=f"Page {i}"))
+    bulk, one_by_one = make_db(), make_db()
+    real = store.write_documents
+    written: list[int] = []
+    indexes_while_writing: list[list[str]] = []
+
+    def counting(conn, **kw):
+        written.append(len(kw["docs"]))
+        indexes_while_writing.append(hnsw_indexes(bulk))
+        return real(conn, **kw)
+
+    monkeypatch.setattr(store, "write_documents", counting)
+    ingest(d, Settings(database_url=bulk), files_per_batch=3, batch_bytes=None)
+    assert written == [3, 3] and indexes_while_writing == [[], []]
+    assert len(hnsw_indexes(bulk)) == 1  # built when the run ended
+    # the next run: one changed, one new file into a collection that holds vectors: per document
+    (d / "p0.md").write_text(page("ABC", title="Page 0"))
+    (d / "p6.md").write_text(page(title="Page 6"))
+    counts = ingest(d, Settings(database_url=bulk), files_per_batch=3, batch_bytes=None)
+    assert written == [3, 3] and len(hnsw_indexes(bulk)) == 1
+    assert counts["documents_changed"] == 1 and counts["documents_new"] == 1
+    # the same files written document by document from the start, in one batch
+    monkeypatch.setattr(store, "defer_vector_index", lambda conn, set_id: False)
+    ingest(d, Settings(database_url=one_by_one), files_per_batch=100, batch_bytes=None)
+    assert written == [3, 3]
+    assert_same_rows(bulk, one_by_one)
+
+
+def test_overlapped_batches_store_what_one_batch_stores(tmp_path, make_db):
+    """Many batches (their stages overlapped: `executor.overlapped`) store exactly what one batch stores,
+    and report every file once, a bad one included."""
+    d = tmp_path / "docs"
+    d.mkdir()
+    for i in range(7):
+        (d / f"p{i}.md").write_text(page(title=f"Page {i}"))
+    (d / "p3.md").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)  # not text: fails, the run goes on
+    many, one = make_db(), make_db()
+    s_many, _, status = run_ingest([d], settings=Settings(database_url=many), files_per_batch=1, batch_bytes=None)
+    s_one, _, _ = run_ingest([d], settings=Settings(database_url=one), files_per_batch=100, batch_bytes=None)
+    assert status == "failed" and [e.uri.rsplit("/", 1)[-1] for e in s_many.errors] == ["p3.md"]
+    assert s_many.counts == s_one.counts and s_many.counts["documents_new"] == 6
+    assert_same_rows(many, one)
