@@ -290,3 +290,24 @@ def test_local_dask_cluster_gives_the_same_tables(prefect_api, database_url, cor
     assert _state(on_dask, collection="dask", **params).is_completed()
     assert _state(ingest_flow, collection="threads", **params).is_completed()
     assert_same_tables(conn, "dask", "threads")
+
+
+def test_an_existing_dask_cluster_named_by_its_address(prefect_api, database_url, corpus, conn, monkeypatch):
+    """CHUNKYARD_DASK_ADDRESS: the tasks of `chunkyard ingest` run on a separate multi-process Dask cluster
+    (its scheduler and two worker processes, as a deployment has them), and store what threads store."""
+    pytest.importorskip("prefect_dask")
+    from flows.run import run_flow
+    from flows.runners import local_cluster
+
+    params = {"paths": [str(corpus)], "files_per_batch": 1, "batch_bytes": None}
+    monkeypatch.setenv("CHUNKYARD_DATABASE_URL", database_url)
+    with local_cluster(2) as cluster:
+        monkeypatch.setenv("CHUNKYARD_DASK_ADDRESS", cluster.scheduler_address)
+        result = run_flow("ingest", dict(params, collection="remote"))
+        on_cluster = set(cluster.scheduler.task_prefixes)  # what the scheduler was given to run
+        workers = len(cluster.workers)
+    assert result["status"] == "completed" and result["counts"]["documents_new"] == len(list(corpus.iterdir()))
+    assert workers == 2 and "ingest_batch_task" in on_cluster
+    monkeypatch.delenv("CHUNKYARD_DASK_ADDRESS")
+    assert _state(ingest_flow, collection="threads", **params).is_completed()
+    assert_same_tables(conn, "remote", "threads")
