@@ -3,6 +3,7 @@ order `search`, `context` and `eval`. The cross-encoder is a tiny BERT built her
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pipeline import rerank, store
 from pipeline.cli import app
 from pipeline.embed.meta import model_path
 from pipeline.errors import ConfigError
+from pipeline.evaluate.live import run_live_eval
 from pipeline.ingest import run_ingest
 from pipeline.model import embedded_text
 from pipeline.search import search
@@ -168,3 +170,20 @@ def test_bad_path_is_a_config_error(settings, small, tmp_path):
         app, ["search", QUERY, "--no-rerank", "--json"], env={"CHUNKYARD_RERANK_MODEL": str(tmp_path / "no")}
     )
     assert ok.exit_code == 0, ok.output
+
+
+def test_eval_passes_it_through(settings, conn, small, tiny_cross_encoder, bees_first, tmp_path):
+    """`chunkyard eval --collection` searches with the reranker: its retrieved order is the reranker's, the run
+    records it, and it gets a baseline of its own (never judged against the run without reranking)."""
+    qs = tmp_path / "qa.jsonl"
+    qs.write_text(json.dumps({"question": QUERY, "document": "keys.txt", "answers": ["Rotating the API keys"]}))
+    plain = run_live_eval("default", qs, k=1, mode="hybrid", settings=settings)
+    assert plain["rerank"] is None and plain["is_baseline"]
+    on = _with(settings, rerank_model=tiny_cross_encoder)
+    got = run_live_eval("default", qs, k=1, mode="hybrid", settings=on)
+    assert got["rerank"] == Path(tiny_cross_encoder).name and got["is_baseline"] and bees_first
+    assert got["recall"] < plain["recall"]  # the reranker put the bees first
+    per_q = conn.execute("SELECT per_question FROM eval_results WHERE run_id = %s", (got["run_id"],)).fetchone()[0]
+    assert per_q[0]["retrieved"][0][0].endswith("bees.txt")
+    again = run_live_eval("default", qs, k=1, mode="hybrid", settings=on)
+    assert again["baseline_run_id"] == got["run_id"] and again["passed"]
