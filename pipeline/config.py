@@ -87,6 +87,16 @@ class Settings(BaseSettings):
         description="Seconds one file may take to parse and chunk (in a worker process); a file over it "
         "fails and the run goes on. 0 = no time bound; with file_max_mb 0 too, files are parsed in-process.",
     )
+    rerank_model: str | None = Field(
+        default=None,
+        description="A local sentence-transformers CrossEncoder folder that reorders search, context and eval "
+        "candidates; unset = no reranking (none is shipped).",
+    )
+    # 40: the cross-encoder's cost grows with the candidates (bench/rerank_cost.py); 40 chunks of ~144 tokens
+    # are the first ~5,800 tokens of a ranking, past a context budget's usual few thousand and 8x a top-5.
+    rerank_candidates: int = Field(
+        default=40, ge=1, le=1000, description="Candidates the reranker scores (at least k are)."
+    )
     file_max_mb: int = Field(
         default=2048,
         ge=0,

@@ -11,6 +11,7 @@ import psycopg
 from pipeline import db, store
 from pipeline.config import Settings
 from pipeline.errors import ConfigError
+from pipeline.rerank import scorer
 from pipeline.sources import source_uri
 from pipeline.store import SEARCH_MODES, Hit, SearchMode
 
@@ -26,15 +27,21 @@ def search(
     whole_sections: float | None = store.WHOLE_SECTION_SHARE,
     budget: int | None = None,
     filters: dict | None = None,
+    rerank: bool | None = None,
 ) -> list[Hit]:
     """Top-k chunks of a collection for a question (the model is loaded only when vectors are needed, after
     the collection is found: its own embedding key, and no thread left running on an error exit); a
     section at least `whole_sections` retrieved comes back whole (None: chunks only). With `budget`, a
     context of that many tokens instead (`store.context`: chunks in rank order, a section at least
     `whole_sections` read completed in document order), whatever k. `filters`: the chunks searched
-    (`store.search_filter`; docs/search-filters.md)."""
+    (`store.search_filter`; docs/search-filters.md). With CHUNKYARD_RERANK_MODEL set (`rerank` None: as
+    set; False: off; True: it must be set), its cross-encoder reorders the top candidates first (`pipeline.rerank`)."""
     if mode not in SEARCH_MODES:
         raise ConfigError(f"--mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
+    if rerank is False:
+        settings = settings.model_copy(update={"rerank_model": None})
+    elif rerank and not settings.rerank_model:
+        raise ConfigError("--rerank: no reranker is set; set CHUNKYARD_RERANK_MODEL to a local CrossEncoder folder")
     # The model loads only once the collection is found, in this thread: a load started in the background
     # before that raced the error exit (a missing collection or database exited while the loading thread
     # was in OpenVINO's native code: SIGABRT, once SIGSEGV; issue 29, defect 10).
@@ -49,15 +56,16 @@ def search(
                 from pipeline.embed import query_embedder  # the collection's backend: OpenVINO needs no torch
 
                 vec = query_embedder(coll.embed_model, settings).encode([query])[0]
+            rr, n = scorer(query, settings), settings.rerank_candidates  # None: no reranker configured
             try:
                 if budget is not None:
                     return list(store.context(
                         conn, collection, vec, budget=budget, query_text=query, mode=mode,
-                        with_parent=with_parent, whole_sections=whole_sections, filters=filters,
+                        with_parent=with_parent, whole_sections=whole_sections, filters=filters, rerank=rr, candidates=n,
                     ))  # fmt: skip
                 return store.search(
                     conn, collection, vec, k=k, query_text=query, mode=mode, with_parent=with_parent,
-                    whole_sections=whole_sections, filters=filters,
+                    whole_sections=whole_sections, filters=filters, rerank=rr, candidates=n,
                 )  # fmt: skip
             except psycopg.errors.DataException:
                 conn.rollback()

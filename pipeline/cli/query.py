@@ -79,6 +79,14 @@ def search(
         str | None,
         typer.Option("--since", help="Only documents written (new or changed) at or after this ISO date or time."),
     ] = None,
+    rerank: Annotated[
+        bool | None,
+        typer.Option(
+            "--rerank/--no-rerank",
+            help="Reorder the top candidates with the cross-encoder CHUNKYARD_RERANK_MODEL names (the default "
+            "when it is set); --no-rerank: the search's own order.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Top-k chunks for a query (or a context of --budget tokens), with score, file, heading path and
@@ -97,6 +105,7 @@ def search(
         whole_sections=WHOLE_SECTION_SHARE if whole_sections else None,
         budget=budget,
         filters=cli_filters(source or [], document or [], doc_type or [], language or [], metadata, since),
+        rerank=rerank,
     )
     if as_json:
         out.print_json(json.dumps([h.__dict__ for h in found]))

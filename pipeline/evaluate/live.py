@@ -35,6 +35,7 @@ from pipeline.errors import ConfigError
 from pipeline.evaluate.data import EvalError, Question, _clip
 from pipeline.evaluate.metrics import Retrieved, precision_omega, question_scores, summarize, union
 from pipeline.model import RunKind, RunStatus, Span
+from pipeline.rerank import label as rerank_label
 
 #: Default k, search mode and allowed recall drop (percentage points) of a live evaluation.
 DEFAULT_K, DEFAULT_MODE, DEFAULT_MAX_DROP = 5, "hybrid", 5.0
@@ -268,14 +269,20 @@ def score(
     *,
     k: int,
     mode: str,
+    settings: Settings | None = None,
 ) -> tuple[dict, list[dict]]:
-    """Search every question as users do and score the retrieved chunks against its answer spans."""
+    """Search every question as users do (the reranker of `settings` too, when one is set) and score the
+    retrieved chunks against its answer spans."""
     from pipeline import store
+    from pipeline.rerank import scorer
 
     rows: list[dict] = []
     for i, q in enumerate(questions):
         vec = None if qvecs is None else qvecs[i]
-        hits = store.search(conn, collection, vec, k=k, query_text=q.text, mode=mode)  # type: ignore[arg-type]
+        rr = scorer(q.text, settings) if settings is not None else None
+        n = settings.rerank_candidates if settings is not None else 0
+        hits = store.search(conn, collection, vec, k=k, query_text=q.text, mode=mode,  # type: ignore[arg-type]
+                            rerank=rr, candidates=n)  # fmt: skip
         got = [Retrieved(h.source_uri, h.char_start, h.char_end) for h in hits]
         sc = question_scores(q.excerpts, q.corpus_id, got)
         sc["precision_omega"] = precision_omega(q.excerpts, chunks.get(q.corpus_id, []))
@@ -326,7 +333,8 @@ def run_live_eval(
             qset, store.source_uris(conn, coll.id), lambda u: store.document_texts(conn, coll.id, u)
         )
         params = {"questions": str(qset.path), "question_set": qset.name, "questions_hash": qset.hash,
-                  "k": k, "mode": mode, "max_drop": max_drop, "set_baseline": set_baseline}  # fmt: skip
+                  "k": k, "mode": mode, "max_drop": max_drop, "set_baseline": set_baseline,
+                  "rerank": rerank_label(settings), "rerank_candidates": settings.rerank_candidates}  # fmt: skip
         run_id = store.start_run(conn, coll.id, kind=RunKind.EVAL, params=params)
         try:
             t1 = time.perf_counter()
@@ -337,13 +345,14 @@ def run_live_eval(
                 qvecs = query_embedder(coll.embed_model, settings).encode([q.text for q in resolved])
             t2 = time.perf_counter()
             chunks = store.chunk_spans(conn, coll.id, sorted({q.corpus_id for q in resolved}))
-            summary, per_q = score(conn, collection, resolved, qvecs, chunks, k=k, mode=mode)
+            summary, per_q = score(conn, collection, resolved, qvecs, chunks, k=k, mode=mode, settings=settings)
             t3 = time.perf_counter()
             result: dict[str, Any] = {
                 "run_id": run_id, "collection_id": coll.id, "question_set": qset.name,
                 "questions_hash": qset.hash, "k": k, "search_mode": mode, "n_questions": len(resolved),
                 **{m: summary[m]["mean"] for m in ("recall", "precision", "precision_omega", "iou")},
                 "hit_rate": summary["hit_rate"], "mrr": summary["mrr"], "max_drop": float(max_drop),
+                "rerank": rerank_label(settings),
             }  # fmt: skip
             verdict = store.record_eval(conn, result, per_question=per_q, set_baseline=set_baseline)
             status = RunStatus.COMPLETED if verdict["passed"] else RunStatus.FAILED
@@ -373,7 +382,8 @@ def verdict_line(res: dict[str, Any]) -> str:
     """One line for the Prefect UI, logs and the terminal: the recall, the baseline, pass or fail."""
     head = (
         f"eval run {res['run_id']} of collection {res['collection']!r}, question set {res['question_set']!r} "
-        f"({res['n_questions']} questions, {res['search_mode']} k={res['k']}): recall {res['recall']:.1f}%"
+        f"({res['n_questions']} questions, {res['search_mode']} k={res['k']}"
+        f"{', reranked by ' + res['rerank'] if res.get('rerank') else ''}): recall {res['recall']:.1f}%"
     )
     if res["baseline_run_id"] is None:
         return f"{head}, the baseline from now on"

@@ -50,6 +50,7 @@ from pipeline.store.reads import (
     WHOLE_SECTION_SHARE,
     ContextHit,
     Hit,
+    Scorer,
     SearchMode,
     collection_chunks,
     collection_texts,
@@ -69,7 +70,7 @@ from pipeline.store.vectors import (
 )
 
 __all__ = [
-    "SEARCH_MODES", "WHOLE_SECTION_SHARE", "ContextHit", "Hit", "NewDocument", "SearchMode", "bulk_load_pays", "bulk_mode", "defer_vector_index", "drop_search_indexes",
+    "SEARCH_MODES", "WHOLE_SECTION_SHARE", "ContextHit", "Hit", "NewDocument", "Scorer", "SearchMode", "bulk_load_pays", "bulk_mode", "defer_vector_index", "drop_search_indexes",
     "ensure_search_indexes", "write_documents", "as_array", "cache_lookup", "cache_store",
     "chunk_spans", "document_texts", "record_eval", "collection_chunks", "collection_texts", "context", "drop_collection", "ensure_collection", "finish_run",
     "get_collection", "LockHolder", "lock_collection", "lock_holders", "prune", "quality_changed", "quality_report", "record_quality", "recount_fts_stats", "record_error", "record_progress", "refresh_fts_stats", "run_errors", "search", "search_filter",

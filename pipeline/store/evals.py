@@ -15,7 +15,7 @@ from pipeline.model import Span
 #: eval_results columns a run writes (besides the baseline verdict, which record_eval decides).
 EVAL_FIELDS = (
     "run_id", "collection_id", "question_set", "questions_hash", "k", "search_mode", "n_questions",
-    "recall", "precision", "precision_omega", "iou", "hit_rate", "mrr", "max_drop",
+    "recall", "precision", "precision_omega", "iou", "hit_rate", "mrr", "max_drop", "rerank",
 )  # fmt: skip
 
 
@@ -51,17 +51,17 @@ def record_eval(
 ) -> dict[str, Any]:
     """Store one evaluation run and judge it against its baseline, in one transaction.
 
-    The baseline of (collection, question set, k, mode) is the first run stored for it, or the last one
+    The baseline of (collection, question set, k, mode, reranker) is the first run stored for it, or the last one
     stored with `set_baseline`; any other run passes when its recall is at most `max_drop` points below.
     Returns is_baseline, baseline_run_id, baseline_recall, recall_drop and passed.
     """
-    r = {f: result[f] for f in EVAL_FIELDS}
-    key = (r["collection_id"], r["questions_hash"], r["k"], r["search_mode"])
+    r = {f: result.get(f) for f in EVAL_FIELDS}  # rerank: None (off) unless given
+    key = (r["collection_id"], r["questions_hash"], r["k"], r["search_mode"], r["rerank"])
     with conn.transaction():
         base = conn.execute(
             """SELECT run_id, recall FROM eval_results
                WHERE collection_id = %s AND questions_hash = %s AND k = %s AND search_mode = %s
-                 AND is_baseline
+                 AND rerank IS NOT DISTINCT FROM %s AND is_baseline
                FOR UPDATE""",
             key,
         ).fetchone()

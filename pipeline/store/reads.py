@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, TypeVar
@@ -56,6 +56,10 @@ SEARCH_MODES: tuple[str, ...] = ("vector", "fulltext", "hybrid", "rrf")
 #: 85.5 -> 86.8 with IoU 8.2 -> 7.5, no corpus lower (README "Evaluation").
 WHOLE_SECTION_SHARE = 0.5
 
+#: Scores a search's candidates for its query, one float per (context, text) of a chunk, higher first: how
+#: `search` and `context` rerank (`pipeline.rerank`); the store never loads a model itself.
+Scorer = Callable[[Sequence[tuple[str, str]]], Sequence[float]]
+
 
 def search_filter(
     *,
@@ -86,10 +90,21 @@ def search(
     with_parent: bool = False,
     whole_sections: float | None = WHOLE_SECTION_SHARE,
     filters: Mapping[str, Any] | None = None,
+    rerank: Scorer | None = None,
+    candidates: int = 0,
 ) -> list[Hit]:
     """Top-k chunks through the SQL functions users call themselves; a section at least `whole_sections`
     retrieved comes back whole in place of its chunks (None: chunks only); `filters`: the chunks searched
-    (`search_filter`)."""
+    (`search_filter`). With `rerank`, the search's top max(k, `candidates`) chunks are scored by it and its
+    top k are returned (scores: the reranker's), sections made whole from those k as the SQL search does."""
+    if rerank is not None:
+        ids, _ = _ranking(conn, mode, collection, query_vec, query_text, max(k, candidates), filters)
+        ids, scores = _reranked(conn, ids, rerank)
+        rows = conn.cursor(row_factory=dict_row).execute(
+            "SELECT * FROM chunkyard_hits(%s, %s, %s, %s)", (ids[:k], scores[:k], with_parent, whole_sections)
+        ).fetchall()
+        conn.commit()
+        return [_hit(Hit, r) for r in rows]
     call, args = _search_call(mode, collection, query_vec, query_text, k, p_with_parent=with_parent,
                               p_whole_section=whole_sections, p_filter=_jsonb(filters))  # fmt: skip
     rows = conn.cursor(row_factory=dict_row).execute(f"SELECT * FROM {call}", args).fetchall()
@@ -109,14 +124,22 @@ def context(
     whole_sections: float | None = WHOLE_SECTION_SHARE,
     k: int | None = None,
     filters: Mapping[str, Any] | None = None,
+    rerank: Scorer | None = None,
+    candidates: int = 0,
 ) -> list[ContextHit]:
     """A context of `budget` tokens (`chunkyard_context`): the search's chunks in rank order, and the rest of a
     section once `whole_sections` of it is read, in document order, until the budget is spent (the last chunk
     may go past it). The search is asked for `k` chunks, or by default for 32 and then more until the
     context is full or the search has no more (1000 at most); `budget` None reads all `k` of them; `filters`:
-    the chunks searched (`search_filter`)."""
+    the chunks searched (`search_filter`). With `rerank`, the ranking's first max(k, `candidates`) chunks are
+    read in the reranker's order (scores: its), then the rest in the search's (score None); the same
+    chunkyard_context assembles it, so sections and offsets read as without."""
     if budget is None and k is None:
         raise ValueError("context: give a budget of tokens or the number of chunks k to read")
+    if rerank is not None:
+        return _reranked_context(conn, collection, query_vec, budget=budget, query_text=query_text, mode=mode,
+                                 with_parent=with_parent, whole_sections=whole_sections, k=k, filters=filters,
+                                 rerank=rerank, candidates=max(k or 0, candidates))  # fmt: skip
     kk = k or 32
     while True:
         call, args = _search_call(mode, collection, query_vec, query_text, kk, p_whole_section=None,
@@ -135,6 +158,79 @@ def context(
         if k is not None or budget is None or spent >= budget or ranked < kk or kk >= 1000:
             return [_hit(ContextHit, r) for r in rows]
         kk = min(kk * 4, 1000)
+
+
+def _reranked_context(
+    conn: psycopg.Connection,
+    collection: str,
+    query_vec: np.ndarray | None,
+    *,
+    budget: int | None,
+    query_text: str | None,
+    mode: SearchMode,
+    with_parent: bool,
+    whole_sections: float | None,
+    k: int | None,
+    filters: Mapping[str, Any] | None,
+    rerank: Scorer,
+    candidates: int,
+) -> list[ContextHit]:
+    """`context` with the ranking's head reordered by `rerank` (scored once: a longer ranking only adds to
+    its tail, which keeps the search's order and no score)."""
+    kk = k or max(32, candidates)
+    head: tuple[list[int], list[float]] | None = None
+    while True:
+        ids, _ = _ranking(conn, mode, collection, query_vec, query_text, kk, filters)
+        if head is None:
+            head = _reranked(conn, ids[:candidates], rerank)
+            in_head = set(head[0])
+        tail = [i for i in ids if i not in in_head]
+        order, scores = head[0] + tail, head[1] + [None] * len(tail)
+        rows = conn.cursor(row_factory=dict_row).execute(
+            "SELECT * FROM chunkyard_context(%s, %s::float8[], %s, %s, %s)",
+            (order, scores, budget, whole_sections, with_parent),
+        ).fetchall()
+        conn.commit()
+        spent = sum(r["tokens"] for r in rows)
+        if k is not None or budget is None or spent >= budget or len(ids) < kk or kk >= 1000:
+            return [_hit(ContextHit, r) for r in rows]
+        kk = min(kk * 4, 1000)
+
+
+def _ranking(
+    conn: psycopg.Connection,
+    mode: SearchMode,
+    collection: str,
+    query_vec: np.ndarray | None,
+    query_text: str | None,
+    k: int,
+    filters: Mapping[str, Any] | None,
+) -> tuple[list[int], list[float]]:
+    """A search's top k chunk ids and scores in rank order, chunks only (no section made whole)."""
+    call, args = _search_call(mode, collection, query_vec, query_text, k, p_whole_section=None,
+                              p_filter=_jsonb(filters))  # fmt: skip
+    rows = conn.execute(f"SELECT chunk_id, score FROM {call} ORDER BY score DESC, chunk_id", args).fetchall()
+    conn.commit()
+    return [r[0] for r in rows], [r[1] for r in rows]
+
+
+def _reranked(conn: psycopg.Connection, ids: list[int], rerank: Scorer) -> tuple[list[int], list[float]]:
+    """Chunk ids ordered by `rerank`'s scores of their (context, text), best first (ties: the search's order)."""
+    if not ids:
+        return [], []
+    rows = dict(
+        (r[0], (r[1], r[2]))
+        for r in conn.execute(
+            "SELECT id, coalesce(context, ''), text FROM chunks WHERE id = ANY(%s)", (ids,)
+        ).fetchall()
+    )
+    conn.commit()
+    ids = [i for i in ids if i in rows]
+    scores = [float(x) for x in rerank([rows[i] for i in ids])]
+    if len(scores) != len(ids):
+        raise ValueError(f"rerank: {len(scores)} scores for {len(ids)} candidates")
+    order = sorted(range(len(ids)), key=lambda j: -scores[j])  # stable: ties keep the search's order
+    return [ids[j] for j in order], [scores[j] for j in order]
 
 
 def _search_call(
