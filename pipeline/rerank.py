@@ -9,8 +9,6 @@ line, its text), and keep the best (docs/reranking.md). The model loads once per
 from __future__ import annotations
 
 import json
-import logging
-import os
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
@@ -63,15 +61,11 @@ def _load(path: str, device: str | None) -> Any:
             "(nothing is downloaded), or unset CHUNKYARD_RERANK_MODEL to search without reranking"
         )
     _check_cross_encoder(folder, where)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers
+    from pipeline.embed.embedder import quiet_offline_transformers
+
+    quiet_offline_transformers()
     from sentence_transformers import CrossEncoder
 
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    logging.getLogger("sentence_transformers").setLevel(logging.WARNING)
     try:
         return CrossEncoder(str(folder), device=device, local_files_only=True)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:

@@ -108,3 +108,14 @@ def _with_db(url: str, name: str) -> str:
     d = conninfo_to_dict(url)
     d["dbname"] = name
     return make_conninfo(**d)
+
+
+def ingested_folder(folder: Path, docs: dict[str, str], settings: Settings) -> Path:
+    """`folder` holding one file per (name, text) of `docs`, ingested into the default collection."""
+    from pipeline.ingest import run_ingest
+
+    folder.mkdir()
+    for name, text in docs.items():
+        (folder / name).write_text(text + "\n", encoding="utf-8")
+    run_ingest([folder], settings=settings)
+    return folder

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ingested_folder
 from typer.testing import CliRunner
 
 from pipeline import rerank, store
@@ -18,7 +19,6 @@ from pipeline.cli import app
 from pipeline.embed.meta import model_path
 from pipeline.errors import ConfigError
 from pipeline.evaluate.live import run_live_eval
-from pipeline.ingest import run_ingest
 from pipeline.model import embedded_text
 from pipeline.search import search
 
@@ -60,12 +60,7 @@ def tiny_cross_encoder(tmp_path_factory) -> str:
 
 @pytest.fixture
 def small(tmp_path, settings):
-    folder = tmp_path / "small"
-    folder.mkdir()
-    for name, text in DOCS.items():
-        (folder / name).write_text(text + "\n", encoding="utf-8")
-    run_ingest([folder], settings=settings)
-    return folder
+    return ingested_folder(tmp_path / "small", DOCS, settings)
 
 
 @pytest.fixture

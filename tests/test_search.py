@@ -8,6 +8,7 @@ import math
 import numpy as np
 import psycopg
 import pytest
+from conftest import ingested_folder
 from typer.testing import CliRunner
 
 from pipeline import db, store
@@ -26,12 +27,7 @@ DOCS = {
 
 @pytest.fixture
 def small(tmp_path, settings):
-    folder = tmp_path / "small"
-    folder.mkdir()
-    for name, text in DOCS.items():
-        (folder / name).write_text(text + "\n", encoding="utf-8")
-    run_ingest([folder], settings=settings)
-    return folder
+    return ingested_folder(tmp_path / "small", DOCS, settings)
 
 
 def _bm25_by_hand(conn, query: str, k1: float = 1.2, b: float = 0.75) -> dict[int, float]:

@@ -52,22 +52,28 @@ def query_embedder(stored_key: str | EmbeddingKey, settings: Settings) -> Encode
     return _prompted(encoder, model_prompts(str(key)).query)
 
 
+def quiet_offline_transformers() -> None:
+    """Before sentence-transformers loads a local model: nothing downloaded, no progress bars, no warnings
+    of transformers' own (a model here is always a local folder)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    logging.getLogger("sentence_transformers").setLevel(logging.WARNING)
+
+
 class Embedder:
     """sentence-transformers on torch; `encode` takes a batch of texts and returns unit vectors (float32)."""
 
     def __init__(
         self, model: str = DEFAULT_MODEL, *, device: str | None = None, batch_size: int = 64
     ) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        import transformers
+        quiet_offline_transformers()
         from sentence_transformers import SentenceTransformer
 
-        transformers.utils.logging.disable_progress_bar()
-        transformers.utils.logging.set_verbosity_error()
-
-        logging.getLogger("sentence_transformers").setLevel(logging.WARNING)
         self.name = model
         self.batch_size = batch_size
         self.model = SentenceTransformer(model_path(model), device=device)
