@@ -49,14 +49,14 @@ class CountingModel:
         return 384
 
 
-def cocoindex_example(sourcedir: Path, uri: str, state: Path, *, model: object | None = None):
+def cocoindex_example(sourcedir: Path, uri: str, state: Path, *, model: object):
     """CocoIndex's text_embedding example as an App: the markdown files under `sourcedir`, RecursiveSplitter
     (markdown, 600 bytes, no overlap), its SentenceTransformerEmbedder (memoized `embed`, batched `_embed`),
     rows in table coco_bench.doc_embeddings of database "cocoindex" (created here) on the server of `uri`.
 
-    The embedder loads the local all-MiniLM-L6-v2 (`model_path()`) on CPU when first asked, unless `model`
-    (an object with SentenceTransformer's `encode` and `get_sentence_embedding_dimension`) stands in for it.
-    Stop the engine with `cocoindex.stop_blocking()` when done."""
+    `model` is what the embedder's `_get_model` gives: a SentenceTransformer (the local all-MiniLM-L6-v2)
+    or anything with its `encode` and `get_sentence_embedding_dimension`. Stop the engine with
+    `cocoindex.stop_blocking()` when done."""
     import dataclasses
     import pathlib
     from typing import Annotated
@@ -74,15 +74,13 @@ def cocoindex_example(sourcedir: Path, uri: str, state: Path, *, model: object |
     from cocoindex.resources.id import IdGenerator
     from numpy.typing import NDArray
 
-    from pipeline.embed.meta import model_path
-
     with psycopg.connect(database_uri(uri, "postgres"), autocommit=True) as c:
         c.execute('CREATE DATABASE "cocoindex"')
     with psycopg.connect(database_uri(uri, "cocoindex"), autocommit=True) as c:
         c.execute("CREATE EXTENSION IF NOT EXISTS vector")
     socket_dir = dict(p.split("=", 1) for p in uri.split("?", 1)[1].split("&"))["host"]
 
-    class StandInEmbedder(SentenceTransformerEmbedder):
+    class GivenModelEmbedder(SentenceTransformerEmbedder):
         """CocoIndex's own embedder (memoized `embed`, batched `_embed`) over the given model."""
 
         def _get_model(self):  # type: ignore[override]
@@ -102,10 +100,7 @@ def cocoindex_example(sourcedir: Path, uri: str, state: Path, *, model: object |
     async def lifespan(builder: coco.EnvironmentBuilder):
         async with asyncpg.create_pool(host=socket_dir, user="postgres", database="cocoindex") as pool:
             builder.provide(pg_db, pool)
-            if model is None:
-                builder.provide(embedder, SentenceTransformerEmbedder(str(model_path()), device="cpu"))
-            else:
-                builder.provide(embedder, StandInEmbedder("sentence-transformers/all-MiniLM-L6-v2"))
+            builder.provide(embedder, GivenModelEmbedder("sentence-transformers/all-MiniLM-L6-v2"))
             yield
 
     @coco.fn
