@@ -75,8 +75,10 @@ def reset(url: str) -> None:
 
 def ingest(paths: list[Path], collection: str, backend: str, data: Path, url: str) -> tuple[float, dict]:
     """Wall seconds of one `chunkyard ingest --no-prefect --json` and its summary."""
+    # the exports go where model_alone loads them (data/models), not to the per-user export cache
     env = dict(os.environ, CHUNKYARD_DATA_DIR=str(data), CHUNKYARD_DATABASE_URL=url,
-               CHUNKYARD_EMBED_BACKEND=backend, HF_HUB_OFFLINE="1")  # fmt: skip
+               CHUNKYARD_EMBED_BACKEND=backend, CHUNKYARD_EXPORT_CACHE=str(data / "models"),
+               HF_HUB_OFFLINE="1")  # fmt: skip
     cmd = [sys.executable, "-m", "pipeline.cli", "ingest", *map(str, paths), "--no-prefect", "-c", collection, "--json"]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
