@@ -20,17 +20,50 @@ def sync(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst)
 
 
-def cocoindex_steps(data: Path, work: Path, server, tmp: Path) -> list[dict]:
-    """CocoIndex's text_embedding example on the same sequence, counting what its embedder is asked."""
+def database_uri(uri: str, name: str) -> str:
+    """The same server's URI with another database (`postgresql://user:@/db?host=/socket/dir` or host:port)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    return urlunsplit(urlsplit(uri)._replace(path=f"/{name}"))
+
+
+class CountingModel:
+    """What SentenceTransformer gives CocoIndex's embedder: vectors from a hash, and a count of texts."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def encode(self, texts: list[str], **_: object):
+        import zlib
+
+        import numpy as np
+
+        self.asked += len(texts)
+        out = np.empty((len(texts), 384), dtype=np.float32)
+        for i, t in enumerate(texts):
+            v = np.random.default_rng(zlib.crc32(t.encode())).standard_normal(384)
+            out[i] = v / np.linalg.norm(v)
+        return out
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return 384
+
+
+def cocoindex_example(sourcedir: Path, uri: str, state: Path, *, model: object):
+    """CocoIndex's text_embedding example as an App: the markdown files under `sourcedir`, RecursiveSplitter
+    (markdown, 600 bytes, no overlap), its SentenceTransformerEmbedder (memoized `embed`, batched `_embed`),
+    rows in table coco_bench.doc_embeddings of database "cocoindex" (created here) on the server of `uri`.
+
+    `model` is what the embedder's `_get_model` gives: a SentenceTransformer (the local all-MiniLM-L6-v2)
+    or anything with its `encode` and `get_sentence_embedding_dimension`. Stop the engine with
+    `cocoindex.stop_blocking()` when done."""
     import dataclasses
     import pathlib
-    import zlib
     from typing import Annotated
 
-    import numpy as np
     import psycopg
 
-    os.environ["COCOINDEX_DB"] = str(tmp / "cocoindex-state")  # its own state (LMDB), before it starts
+    os.environ["COCOINDEX_DB"] = str(state)  # its own state (LMDB), before it starts
     os.environ.setdefault("COCOINDEX_DISABLE_USAGE_TRACKING", "1")
     import asyncpg
     import cocoindex as coco
@@ -41,32 +74,17 @@ def cocoindex_steps(data: Path, work: Path, server, tmp: Path) -> list[dict]:
     from cocoindex.resources.id import IdGenerator
     from numpy.typing import NDArray
 
-    with psycopg.connect(server.get_uri(), autocommit=True) as c:
+    with psycopg.connect(database_uri(uri, "postgres"), autocommit=True) as c:
         c.execute('CREATE DATABASE "cocoindex"')
-    with psycopg.connect(server.get_uri("cocoindex"), autocommit=True) as c:
+    with psycopg.connect(database_uri(uri, "cocoindex"), autocommit=True) as c:
         c.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    socket_dir = dict(p.split("=", 1) for p in server.get_uri().split("?", 1)[1].split("&"))["host"]
-    asked: list[int] = [0]
+    socket_dir = dict(p.split("=", 1) for p in uri.split("?", 1)[1].split("&"))["host"]
 
-    class CountingModel:
-        """What SentenceTransformer gives the embedder: vectors from a hash, and a count of texts."""
+    class GivenModelEmbedder(SentenceTransformerEmbedder):
+        """CocoIndex's own embedder (memoized `embed`, batched `_embed`) over the given model."""
 
-        def encode(self, texts: list[str], **_: object) -> np.ndarray:
-            asked[0] += len(texts)
-            out = np.empty((len(texts), 384), dtype=np.float32)
-            for i, t in enumerate(texts):
-                v = np.random.default_rng(zlib.crc32(t.encode())).standard_normal(384)
-                out[i] = v / np.linalg.norm(v)
-            return out
-
-        def get_sentence_embedding_dimension(self) -> int:
-            return 384
-
-    class CountingEmbedder(SentenceTransformerEmbedder):
-        """CocoIndex's own embedder (memoized `embed`, batched `_embed`) over the counting model."""
-
-        def _get_model(self) -> CountingModel:  # type: ignore[override]
-            return CountingModel()
+        def _get_model(self):  # type: ignore[override]
+            return model
 
     pg_db = coco.ContextKey[asyncpg.Pool]("bench_pg_db")
     embedder = coco.ContextKey[SentenceTransformerEmbedder]("bench_embedder")
@@ -82,7 +100,7 @@ def cocoindex_steps(data: Path, work: Path, server, tmp: Path) -> list[dict]:
     async def lifespan(builder: coco.EnvironmentBuilder):
         async with asyncpg.create_pool(host=socket_dir, user="postgres", database="cocoindex") as pool:
             builder.provide(pg_db, pool)
-            builder.provide(embedder, CountingEmbedder("sentence-transformers/all-MiniLM-L6-v2"))
+            builder.provide(embedder, GivenModelEmbedder("sentence-transformers/all-MiniLM-L6-v2"))
             yield
 
     @coco.fn
@@ -115,18 +133,34 @@ def cocoindex_steps(data: Path, work: Path, server, tmp: Path) -> list[dict]:
         )
         await coco.mount_each(process_file, files.items(), table)
 
-    app = coco.App(coco.AppConfig(name="ChunkyardBench"), app_main, sourcedir=work)
+    return coco.App(coco.AppConfig(name="ChunkyardBench"), app_main, sourcedir=sourcedir)
+
+
+def cocoindex_rows(uri: str) -> int:
+    """Rows in the example's table."""
+    import psycopg
+
+    with psycopg.connect(database_uri(uri, "cocoindex")) as c:
+        (n,) = c.execute("SELECT count(*) FROM coco_bench.doc_embeddings").fetchone()
+    return n
+
+
+def cocoindex_steps(data: Path, work: Path, server, tmp: Path) -> list[dict]:
+    """CocoIndex's text_embedding example on the same sequence, counting what its embedder is asked."""
+    model = CountingModel()
+    app = cocoindex_example(work, server.get_uri(), tmp / "cocoindex-state", model=model)
+    import cocoindex as coco
+
     rows = []
     try:
         for tag in STEPS:
             sync(data / tag, work)
-            before = asked[0]
+            before = model.asked
             t0 = time.perf_counter()
             app.update_blocking()
             wall = time.perf_counter() - t0
-            with psycopg.connect(server.get_uri("cocoindex")) as c:
-                (n,) = c.execute("SELECT count(*) FROM coco_bench.doc_embeddings").fetchone()
-            rows.append({"step": tag, "wall": wall, "chunks_embedded": asked[0] - before, "rows": n})
+            n = cocoindex_rows(server.get_uri())
+            rows.append({"step": tag, "wall": wall, "chunks_embedded": model.asked - before, "rows": n})
     finally:
         coco.stop_blocking()
     return rows

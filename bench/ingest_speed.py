@@ -1,7 +1,8 @@
-"""Ingest speed: chunkyard end to end against the model alone on the same chunk texts (issue 28).
+"""Ingest speed (issue 28): chunkyard and its peers end to end, each against the model alone on its own texts.
 
-    python -m bench.ingest_speed                                   # FastAPI docs 0.140.0, torch (+ openvino)
-    python -m bench.ingest_speed ../shared/bench/chroma/corpora --backend torch --repeat 3
+    python -m bench.ingest_speed                                   # FastAPI docs 0.140.0, torch (+ openvino), peers
+    python -m bench.ingest_speed ../shared/bench/fastapi-docs/0.141.1 --backend torch --backend openvino
+    python -m bench.ingest_speed ../shared/bench/chroma/corpora --backend torch --repeat 3 --no-peers
     python -m bench.ingest_speed CORPUS --json bench/results/ingest-speed.json
 
 For each backend: `chunkyard ingest CORPUS --no-prefect` in a subprocess (CHUNKYARD_EMBED_BACKEND set) into a
@@ -11,13 +12,23 @@ OpenVINO model once and reads the weights into the page cache), so every timed r
 Then the model alone: the distinct texts that run embedded (each stored chunk's context and text, as the
 model saw them), encoded in batches of CHUNKYARD_EMBED_BATCH_SIZE (default 64) after the model is loaded, by
 sentence-transformers for torch and by the exported model's own runtime for openvino. "outside the model" is
-the share of chunkyard's wall time the model alone does not account for (start-up, model load, parsing,
-chunking, tokenizing, writes); "run" is the sum of the ingest's own stage timers (the run ledger), without
-the process start, and "embed stage" its embed stage (model load, tokenizing, the cache, the model).
+the share of a system's wall time the model alone does not account for (start-up, imports, model load,
+reading, parsing, chunking, tokenizing, writes); "run" is the sum of the ingest's own stage timers (the run
+ledger), without the process start, and "embed stage" its embed stage (model load, tokenizing, the cache, the
+model).
+
+The peers (`--no-peers` leaves them out; skipped where the bench extra is not installed), each a whole
+`python -m bench.ingest_peers PEER` process timed the same way, cold (fresh database and state), after an
+untimed warm-up on one file: LlamaIndex's IngestionPipeline (SimpleDirectoryReader -> MarkdownNodeParser ->
+SentenceSplitter at 144 cl100k tokens -> the model -> PGVectorStore) and CocoIndex's text_embedding example
+(bench/incremental_peers.py: RecursiveSplitter at 600 bytes -> its SentenceTransformerEmbedder -> a Postgres
+table), each in a database of its own on the same server. Both load the same all-MiniLM-L6-v2 from the local
+path with sentence-transformers on torch (CPU): compare them with chunkyard's torch row; OpenVINO is
+chunkyard's only. Their model-alone bound is sentence-transformers on exactly the texts their model was
+asked (LlamaIndex's include the metadata it embeds), in batches of the same size.
 
 CORPUS defaults to ../shared/bench/fastapi-docs/0.140.0 (the FastAPI docs of one release, 1.8 MB).
-The peers (LlamaIndex's IngestionPipeline into pgvector, CocoIndex) are measured only where their packages
-import (the bench extra); otherwise their rows say so. Never part of the test suite.
+Never part of the test suite.
 """
 
 from __future__ import annotations
@@ -64,8 +75,10 @@ def reset(url: str) -> None:
 
 def ingest(paths: list[Path], collection: str, backend: str, data: Path, url: str) -> tuple[float, dict]:
     """Wall seconds of one `chunkyard ingest --no-prefect --json` and its summary."""
+    # the exports go where model_alone loads them (data/models), not to the per-user export cache
     env = dict(os.environ, CHUNKYARD_DATA_DIR=str(data), CHUNKYARD_DATABASE_URL=url,
-               CHUNKYARD_EMBED_BACKEND=backend, HF_HUB_OFFLINE="1")  # fmt: skip
+               CHUNKYARD_EMBED_BACKEND=backend, CHUNKYARD_EXPORT_CACHE=str(data / "models"),
+               HF_HUB_OFFLINE="1")  # fmt: skip
     cmd = [sys.executable, "-m", "pipeline.cli", "ingest", *map(str, paths), "--no-prefect", "-c", collection, "--json"]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -124,18 +137,60 @@ def stage_seconds(summary: dict) -> dict[str, float]:
     return {k: float(v) for k, v in (summary.get("timings") or {}).items() if isinstance(v, int | float)}
 
 
-def peers_note() -> list[str]:
-    """Which peers can run here: their packages come with the bench extra."""
-    notes = []
-    for name, module in (("LlamaIndex IngestionPipeline -> pgvector", "llama_index.vector_stores.postgres"),
-                         ("CocoIndex", "cocoindex")):  # fmt: skip
-        try:
-            __import__(module)
-        except ImportError:
-            notes.append(f"{name}: skipped, `{module}` does not import (pip install -e '.[bench]')")
-        else:
-            notes.append(f"{name}: importable, but not measured by this script yet")
-    return notes
+#: The peers (bench/ingest_peers.py) and the module each needs: name -> (row label, module).
+PEERS = {
+    "llamaindex": ("LlamaIndex IngestionPipeline -> pgvector (torch)", "llama_index.vector_stores.postgres"),
+    "cocoindex": ("CocoIndex text_embedding -> Postgres (torch)", "cocoindex"),
+}
+
+#: How each peer is configured (printed under the table).
+PEER_NOTES = {
+    "llamaindex": "SimpleDirectoryReader(*.md) -> MarkdownNodeParser -> SentenceSplitter(chunk_size=144 cl100k "
+    "tokens, overlap 0: chunkyard's markdown size, split under each heading as chunkyard does) -> the "
+    "SentenceTransformer behind a BaseEmbedding (embed_batch_size=BATCH; LlamaIndex's default is 10) -> "
+    "PGVectorStore (its defaults: no HNSW index); it embeds its metadata too (file_path, header_path)",
+    "cocoindex": "its text_embedding example (bench/incremental_peers.py): localfs **/*.md -> RecursiveSplitter "
+    "(markdown, 600 bytes, about 144 cl100k tokens, overlap 0) -> SentenceTransformerEmbedder (memoized per "
+    "text, dynamic batches of at most 64) -> postgres table (no vector index); a cold first update",
+}
+
+
+def importable(module: str) -> bool:
+    """Whether a peer's package is installed (the bench extra), without importing it."""
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def reset_peer(url: str, work: Path) -> None:
+    """Drop the peers' databases and state, so a peer run starts cold."""
+    import psycopg
+
+    from bench.incremental_peers import database_uri
+    from bench.ingest_peers import LLAMA_DB
+
+    with psycopg.connect(database_uri(url, "postgres"), autocommit=True) as conn:
+        for name in (LLAMA_DB, "cocoindex"):
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def peer_ingest(peer: str, corpus: Path, url: str, work: Path, batch: int) -> tuple[float, dict, list[str]]:
+    """Wall seconds of one `python -m bench.ingest_peers PEER`, its summary and the texts its model embedded."""
+    reset_peer(url, work)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", COCOINDEX_DISABLE_USAGE_TRACKING="1")
+    cmd = [sys.executable, "-m", "bench.ingest_peers", peer, str(corpus), "--url", url, "--work", str(work),
+           "--batch", str(batch)]  # fmt: skip
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"{peer} failed with exit {proc.returncode}:\n{proc.stderr[-2000:]}")
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    return wall, summary, json.loads((work / "texts.json").read_text())
 
 
 def backends(wanted: list[str] | None) -> list[str]:
@@ -147,12 +202,28 @@ def backends(wanted: list[str] | None) -> list[str]:
     return ["torch", *(["openvino"] if installed("openvino") else [])]
 
 
+HEADERS = ["", "chunks", "texts embedded", "wall s", "chunks/s", "model load s", "model encode s",
+           "texts/s (model)", "outside the model", "run s", "embed stage s", "outside (run)"]  # fmt: skip
+
+
+def row(label: str, fig: dict) -> list[str]:
+    """One line of the table; the run-ledger columns are chunkyard's only."""
+    wall, encode, run = fig["wall_s"], fig["model_encode_s"], fig.get("run_s")
+    return [label, f"{fig['chunks']}", f"{fig['texts']}", f"{wall:.1f}", f"{fig['chunks'] / wall:.1f}",
+            f"{fig['model_load_s']:.1f}", f"{encode:.1f}", f"{fig['texts'] / encode:.1f}",
+            f"{100 * (1 - encode / wall):.0f}%", "-" if run is None else f"{run:.1f}",
+            "-" if run is None else f"{fig['embed_stage_s']:.1f}",
+            "-" if run is None else f"{100 * (1 - encode / run):.0f}%"]  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("corpus", nargs="?", type=Path, default=shared_data("fastapi-docs") / "0.140.0")
     ap.add_argument("--backend", action="append", choices=["torch", "openvino", "onnx"],
                     help="Embedding backends (repeatable); default torch, and openvino where installed.")  # fmt: skip
-    ap.add_argument("--repeat", type=int, default=1, help="Timed runs per backend (medians reported).")
+    ap.add_argument("--repeat", type=int, default=1, help="Timed runs per system (medians reported).")
+    ap.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                    help="Also run LlamaIndex and CocoIndex where installed (default: yes).")  # fmt: skip
     ap.add_argument("--json", type=Path, help="Also write the figures here (e.g. bench/results/ingest-speed.json).")
     a = ap.parse_args()
     if not a.corpus.exists():
@@ -161,6 +232,7 @@ def main() -> None:
     mb = sum(p.stat().st_size for p in files) / 1e6
     warm = next((p for p in files if p.suffix in (".md", ".txt", ".html")), files[0])  # the first text file
     batch = int(os.environ.get("CHUNKYARD_EMBED_BATCH_SIZE", "64"))
+    peers = [p for p in PEERS if a.peers and importable(PEERS[p][1])]
     rows, found = [], []
     with scratch() as (data, url):
         for backend in backends(a.backend):
@@ -177,22 +249,43 @@ def main() -> None:
                 print(f"  {backend} run {i + 1}: {wall:.1f} s", file=sys.stderr, flush=True)
             texts = embedded_texts(url, f"{COLLECTION}-{backend}-{a.repeat - 1}")
             load, encode = model_alone(texts, backend, data, batch)
-            wall, run, embed = statistics.median(walls), statistics.median(runs), statistics.median(embeds)
-            fig = {"backend": backend, "files": len(files), "mb": round(mb, 2), "texts": len(texts),
-                   "wall_s": round(wall, 1), "run_s": round(run, 1), "embed_stage_s": round(embed, 1),
-                   "model_load_s": round(load, 1), "model_encode_s": round(encode, 1),
-                   "outside_wall": round(1 - encode / wall, 3), "outside_run": round(1 - encode / run, 3),
+            fig = {"system": f"chunkyard ({backend})", "files": len(files), "mb": round(mb, 2),
+                   "chunks": summary["counts"]["chunks_written"], "texts": len(texts),
+                   "wall_s": statistics.median(walls), "run_s": statistics.median(runs),
+                   "embed_stage_s": statistics.median(embeds), "model_load_s": load, "model_encode_s": encode,
                    "summary": summary}  # fmt: skip
+            fig["outside_wall"] = round(1 - encode / fig["wall_s"], 3)
             found.append(fig)
-            rows.append([f"chunkyard ({backend})", f"{len(texts)}", f"{wall:.1f}", f"{run:.1f}", f"{embed:.1f}",
-                         f"{load:.1f}", f"{encode:.1f}", f"{100 * (1 - encode / wall):.0f}%",
-                         f"{100 * (1 - encode / run):.0f}%", f"{len(texts) / wall:.1f}",
-                         f"{len(texts) / encode:.1f}"])  # fmt: skip
+            rows.append(row(fig["system"], fig))
+        if peers:  # one folder with the warm-up file: the peers read folders
+            (data / "warm").mkdir(exist_ok=True)
+            shutil.copy(warm, data / "warm" / warm.name)
+        for peer in peers:
+            peer_ingest(peer, data / "warm", url, data / peer, batch)  # imports, page cache: untimed
+            walls, summary, texts = [], {}, []
+            for i in range(a.repeat):
+                wall, summary, texts = peer_ingest(peer, a.corpus, url, data / peer, batch)
+                walls.append(wall)
+                print(f"  {peer} run {i + 1}: {wall:.1f} s", file=sys.stderr, flush=True)
+            load, encode = model_alone(texts, "torch", data, batch)
+            fig = {"system": PEERS[peer][0], "files": len(files), "mb": round(mb, 2), "chunks": summary["rows"],
+                   "texts": len(texts), "model_calls": summary["calls"], "wall_s": statistics.median(walls),
+                   "model_load_s": load, "model_encode_s": encode}  # fmt: skip
+            fig["outside_wall"] = round(1 - encode / fig["wall_s"], 3)
+            found.append(fig)
+            rows.append(row(fig["system"], fig))
     print(f"{a.corpus}: {len(files)} files, {mb:.2f} MB; batch {batch}; medians of {a.repeat} run(s)\n")
-    print(table(["", "texts", "wall s", "run s", "embed stage s", "model load s", "model encode s",
-                 "outside (wall)", "outside (run)", "texts/s (wall)", "texts/s (model)"], rows))  # fmt: skip
-    for line in peers_note():
-        print(f"\n{line}", end="")
+    print(table(HEADERS, rows))
+    print("\nchunks: rows stored; texts embedded: what the model was asked (chunkyard: distinct texts, the cache's "
+          "unit); model: all-MiniLM-L6-v2 from the local path for every system, alone on each system's own "
+          f"texts in batches of {batch} (torch: sentence-transformers; openvino: chunkyard's export). The peers "
+          "run sentence-transformers on torch: compare them with chunkyard (torch); OpenVINO is chunkyard's only.")  # fmt: skip
+    for peer in PEERS:
+        label = PEERS[peer][0]
+        if peer in peers:
+            print(f"\n{label}: {PEER_NOTES[peer].replace('BATCH', str(batch))}", end="")
+        elif a.peers:
+            print(f"\n{label}: skipped, `{PEERS[peer][1]}` is not installed (the bench extra)", end="")
     print()
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
