@@ -112,6 +112,9 @@ def model_alone(texts: list[str], backend: str, data: Path, batch: int) -> tuple
 
     t0 = time.perf_counter()
     if backend == "torch":
+        from pipeline.embed.embedder import quiet_offline_transformers
+
+        quiet_offline_transformers()  # as chunkyard's embedder: no tokenizer threads beside torch's
         from sentence_transformers import SentenceTransformer
 
         st = SentenceTransformer(str(model_path()), device="cpu")
