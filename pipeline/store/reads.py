@@ -98,8 +98,8 @@ def search(
     (`search_filter`). With `rerank`, the search's top max(k, `candidates`) chunks are scored by it and its
     top k are returned (scores: the reranker's), sections made whole from those k as the SQL search does."""
     if rerank is not None:
-        ids, _ = _ranking(conn, mode, collection, query_vec, query_text, max(k, candidates), filters)
-        ids, scores = _reranked(conn, ids, rerank)
+        ids, scores = _reranked(conn, _ranking(conn, mode, collection, query_vec, query_text, max(k, candidates),
+                                               filters), rerank)  # fmt: skip
         rows = conn.cursor(row_factory=dict_row).execute(
             "SELECT * FROM chunkyard_hits(%s, %s, %s, %s)", (ids[:k], scores[:k], with_parent, whole_sections)
         ).fetchall()
@@ -136,63 +136,44 @@ def context(
     chunkyard_context assembles it, so sections and offsets read as without."""
     if budget is None and k is None:
         raise ValueError("context: give a budget of tokens or the number of chunks k to read")
-    if rerank is not None:
-        return _reranked_context(conn, collection, query_vec, budget=budget, query_text=query_text, mode=mode,
-                                 with_parent=with_parent, whole_sections=whole_sections, k=k, filters=filters,
-                                 rerank=rerank, candidates=max(k or 0, candidates))  # fmt: skip
-    kk = k or 32
-    while True:
-        call, args = _search_call(mode, collection, query_vec, query_text, kk, p_whole_section=None,
-                                  p_filter=_jsonb(filters))  # fmt: skip
-        rows = conn.cursor(row_factory=dict_row).execute(
-            f"""SELECT h.*, cardinality(t.ids) AS ranked
-                FROM (SELECT array_agg(r.chunk_id ORDER BY r.score DESC, r.chunk_id) AS ids,
-                             array_agg(r.score ORDER BY r.score DESC, r.chunk_id) AS scores
-                      FROM {call} r) t
-                CROSS JOIN LATERAL chunkyard_context(t.ids, t.scores, %s, %s, %s) h""",
-            (*args, budget, whole_sections, with_parent),
-        ).fetchall()
-        conn.commit()
-        ranked = rows[0]["ranked"] if rows else 0
-        spent = sum(r["tokens"] for r in rows)
-        if k is not None or budget is None or spent >= budget or ranked < kk or kk >= 1000:
-            return [_hit(ContextHit, r) for r in rows]
-        kk = min(kk * 4, 1000)
+    candidates = max(k or 0, candidates)
+    head: tuple[list[int], list[float]] | None = None  # the reranked head of the ranking: scored once
 
-
-def _reranked_context(
-    conn: psycopg.Connection,
-    collection: str,
-    query_vec: np.ndarray | None,
-    *,
-    budget: int | None,
-    query_text: str | None,
-    mode: SearchMode,
-    with_parent: bool,
-    whole_sections: float | None,
-    k: int | None,
-    filters: Mapping[str, Any] | None,
-    rerank: Scorer,
-    candidates: int,
-) -> list[ContextHit]:
-    """`context` with the ranking's head reordered by `rerank` (scored once: a longer ranking only adds to
-    its tail, which keeps the search's order and no score)."""
-    kk = k or max(32, candidates)
-    head: tuple[list[int], list[float]] | None = None
-    while True:
-        ids, _ = _ranking(conn, mode, collection, query_vec, query_text, kk, filters)
+    def read(kk: int) -> tuple[list[dict[str, Any]], int]:
+        """The context of the search's top kk chunks, and how many the search ranked."""
+        nonlocal head
+        if rerank is None:  # one statement: the ranking goes from the search function straight in
+            call, args = _search_call(mode, collection, query_vec, query_text, kk, p_whole_section=None,
+                                      p_filter=_jsonb(filters))  # fmt: skip
+            rows = conn.cursor(row_factory=dict_row).execute(
+                f"""SELECT h.*, cardinality(t.ids) AS ranked
+                    FROM (SELECT array_agg(r.chunk_id ORDER BY r.score DESC, r.chunk_id) AS ids,
+                                 array_agg(r.score ORDER BY r.score DESC, r.chunk_id) AS scores
+                          FROM {call} r) t
+                    CROSS JOIN LATERAL chunkyard_context(t.ids, t.scores, %s, %s, %s) h""",
+                (*args, budget, whole_sections, with_parent),
+            ).fetchall()
+            conn.commit()
+            return rows, rows[0]["ranked"] if rows else 0
+        # reranked: the head in the reranker's order (its scores), a longer ranking only adds to the tail,
+        # which keeps the search's order and no score
+        ids = _ranking(conn, mode, collection, query_vec, query_text, kk, filters)
         if head is None:
             head = _reranked(conn, ids[:candidates], rerank)
-            in_head = set(head[0])
+        in_head = set(head[0])
         tail = [i for i in ids if i not in in_head]
-        order, scores = head[0] + tail, head[1] + [None] * len(tail)
         rows = conn.cursor(row_factory=dict_row).execute(
             "SELECT * FROM chunkyard_context(%s, %s::float8[], %s, %s, %s)",
-            (order, scores, budget, whole_sections, with_parent),
+            (head[0] + tail, head[1] + [None] * len(tail), budget, whole_sections, with_parent),
         ).fetchall()
         conn.commit()
+        return rows, len(ids)
+
+    kk = k or (32 if rerank is None else max(32, candidates))
+    while True:
+        rows, ranked = read(kk)
         spent = sum(r["tokens"] for r in rows)
-        if k is not None or budget is None or spent >= budget or len(ids) < kk or kk >= 1000:
+        if k is not None or budget is None or spent >= budget or ranked < kk or kk >= 1000:
             return [_hit(ContextHit, r) for r in rows]
         kk = min(kk * 4, 1000)
 
@@ -205,13 +186,13 @@ def _ranking(
     query_text: str | None,
     k: int,
     filters: Mapping[str, Any] | None,
-) -> tuple[list[int], list[float]]:
-    """A search's top k chunk ids and scores in rank order, chunks only (no section made whole)."""
+) -> list[int]:
+    """A search's top k chunk ids in rank order, chunks only (no section made whole)."""
     call, args = _search_call(mode, collection, query_vec, query_text, k, p_whole_section=None,
                               p_filter=_jsonb(filters))  # fmt: skip
-    rows = conn.execute(f"SELECT chunk_id, score FROM {call} ORDER BY score DESC, chunk_id", args).fetchall()
+    rows = conn.execute(f"SELECT chunk_id FROM {call} ORDER BY score DESC, chunk_id", args).fetchall()
     conn.commit()
-    return [r[0] for r in rows], [r[1] for r in rows]
+    return [r[0] for r in rows]
 
 
 def _reranked(conn: psycopg.Connection, ids: list[int], rerank: Scorer) -> tuple[list[int], list[float]]:
