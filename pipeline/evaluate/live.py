@@ -277,10 +277,10 @@ def score(
     from pipeline.rerank import scorer
 
     rows: list[dict] = []
+    n = settings.rerank_candidates if settings is not None else 0
     for i, q in enumerate(questions):
         vec = None if qvecs is None else qvecs[i]
         rr = scorer(q.text, settings) if settings is not None else None
-        n = settings.rerank_candidates if settings is not None else 0
         hits = store.search(conn, collection, vec, k=k, query_text=q.text, mode=mode,  # type: ignore[arg-type]
                             rerank=rr, candidates=n)  # fmt: skip
         got = [Retrieved(h.source_uri, h.char_start, h.char_end) for h in hits]
